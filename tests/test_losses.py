@@ -1,0 +1,153 @@
+"""Loss terms by hand, and the training pass on a tiny model (ALGORITHM.md section 4)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from trainer.flow import make_sigmas
+from trainer.losses import ClipConfig, clip_bounds, grpo_edge_loss, layer_weight, ratio_spread
+from trainer.objective import (
+    LossConfig,
+    backward_over_tree,
+    microbatch_loss,
+    prepare_targets,
+)
+from trainer.strategies import TreeConfig, build_plan
+from trainer.tree import rollout
+
+LATENT = (3, 4, 4)
+
+
+def test_clipped_surrogate_by_hand() -> None:
+    ratio = torch.tensor([1.5, 0.5, 1.1, 1.5])
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    low, high = torch.full((4,), 0.8), torch.full((4,), 1.2)
+    out = grpo_edge_loss(ratio.log(), torch.zeros(4), adv, low, high)
+    # -min(rA, clip(r)A): [-1.2, 0.8, -1.1, 1.5]
+    assert out.loss.tolist() == pytest.approx([-1.2, 0.8, -1.1, 1.5])
+    assert out.clipped.tolist() == [True, True, False, True]
+    torch.testing.assert_close(out.ratio, ratio)
+
+
+def test_dynamic_clip_bound_follows_the_advantage() -> None:
+    cfg = ClipConfig(eps_low=1e-4, eps_high=1e-3, eta=1.0)
+    low, high = clip_bounds(torch.tensor([-50.0, 0.0, 50.0]), cfg)
+    eps = (high - 1).tolist()
+    assert eps[0] == pytest.approx(1e-4, rel=1e-3) and eps[2] == pytest.approx(1e-3, rel=1e-3)
+    assert eps[1] == pytest.approx(5.5e-4, rel=1e-3)
+    torch.testing.assert_close(1 - low, high - 1)
+    low_a, high_a = clip_bounds(torch.tensor([3.0]), ClipConfig(asymmetric=True))
+    assert 1 - low_a.item() == pytest.approx(1e-4, rel=1e-3) and high_a.item() > 1 + 9e-4
+    low_f, high_f = clip_bounds(torch.tensor([3.0]), ClipConfig(mode="fixed", fixed=0.2, scale=0.5))
+    assert (low_f.item(), high_f.item()) == pytest.approx((0.9, 1.1))
+    low_n, high_n = clip_bounds(torch.tensor([3.0]), ClipConfig(mode="none"))
+    assert math.isinf(low_n.item()) and math.isinf(high_n.item())
+
+
+def test_layer_weight_and_ratio_spread() -> None:
+    assert layer_weight(torch.tensor(2.0), torch.tensor(2.0), torch.tensor(0.0)).item() == 0.5
+    assert layer_weight(torch.tensor(3.0), torch.tensor(2.0), torch.tensor(1.0)).item() == pytest.approx(
+        1 / (1 + math.exp(-1)))
+    assert ratio_spread(torch.tensor([1.0, 1.1, 0.8, 1.0]), 1.0).item() == pytest.approx(0.2)
+
+
+def _setup(model, seeds=(0, 1), **loss_kw):
+    cfg = TreeConfig(steps=8, window_start=2, depth=2, branching=2, trees_per_prompt=2)
+    plan = build_plan(cfg, make_sigmas("shift", 8))
+    cond = torch.arange(len(seeds))
+    with torch.no_grad():
+        tree = rollout(model, cond, plan, list(seeds), LATENT)
+    rewards = tree.leaf_latents.mean(dim=(1, 2, 3))  # any function of the images
+    config = LossConfig(**loss_kw)
+    return tree, cond, prepare_targets(tree, rewards, config), config
+
+
+def test_ratio_is_exactly_one_at_theta_old_and_gradients_flow(tiny_model) -> None:
+    tree, cond, targets, config = _setup(tiny_model, prm_lambda=0.0)
+    stats = backward_over_tree(tiny_model, cond, tree, targets, config)
+    assert stats.ratio_dev_max == 0.0 and stats.clip_frac == 0.0
+    assert stats.train_edges == 2 * 2 * (2 + 4) and stats.train_nfe == 2 * 2 * 3
+    for name, p in tiny_model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        assert p.grad.abs().sum() > 0, f"no gradient reached {name} through log pi"
+
+
+def test_gradients_change_the_ratio_in_the_advantage_direction(tiny_model) -> None:
+    tree, cond, targets, config = _setup(tiny_model, prm_lambda=0.0,
+                                         clip=ClipConfig(mode="none"))
+    backward_over_tree(tiny_model, cond, tree, targets, config)
+    with torch.no_grad():
+        for p in tiny_model.parameters():
+            p -= 1e-2 * p.grad
+    parts = microbatch_loss(tiny_model, cond, tree, targets, targets.train_forwards, config)
+    adv = targets.edge_advantage[tree.edge_train]
+    moved = (parts.ratio - 1) * adv.sign()
+    assert moved.sum() > 0  # higher ratio for good edges, lower for bad ones, on balance
+    assert parts.total.item() < 0.0
+
+
+def test_micro_batches_sum_to_the_full_gradient(tiny_model) -> None:
+    other = copy.deepcopy(tiny_model)
+    tree, cond, targets, config = _setup(tiny_model, prm_lambda=0.5)
+    full = backward_over_tree(tiny_model, cond, tree, targets, config)
+    parts = backward_over_tree(other, cond, tree, targets, config, max_batch=3)
+    assert parts.loss == pytest.approx(full.loss, rel=1e-5, abs=1e-7)
+    for a, b in zip(tiny_model.parameters(), other.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("target", ["x0", "path"])
+def test_layer_tuning_step_moves_velocity_toward_its_target(tiny_model, target) -> None:
+    from trainer.losses import path_target, velocity_mse, x0_target
+
+    tree, cond, targets, config = _setup(tiny_model, prm_lambda=1.0, prm_target=target)
+    targets.edge_weight.zero_()  # isolate the LayerTuning term
+    weighted = targets.fwd_prm_weight > 0
+    ids = weighted.nonzero().flatten()
+    x, sigma = tree.fwd_x[ids], tree.fwd_sigma[ids]
+    if target == "x0":
+        goal = x0_target(x, targets.best_x0[tree.fwd_prompt[ids]], sigma)
+    else:
+        child = tree.edge_x_child[targets.fwd_path_edge[ids]]
+        goal = path_target(x, child, sigma - tree.fwd_sigma_next[ids])
+
+    def distance() -> float:
+        with torch.no_grad():
+            return float(velocity_mse(tiny_model(x, sigma, tree.fwd_prompt[ids]), goal).mean())
+
+    before = distance()
+    stats = backward_over_tree(tiny_model, cond, tree, targets, config)
+    assert stats.grpo_loss == 0.0 and stats.prm_loss > 0
+    with torch.no_grad():
+        for p in tiny_model.parameters():
+            p -= 0.05 * p.grad
+    assert distance() < before
+
+
+def test_layer_tuning_weights_by_hand() -> None:
+    cfg = TreeConfig(steps=4, window_start=0, depth=2, branching=2)
+    tree = rollout(lambda x, s, c: 0.1 * x, None, build_plan(cfg, make_sigmas("shift", 4)), [0], (2,))
+    rewards = torch.tensor([1.0, 0.0, 3.0, -3.0])  # best leaf: node 5 under node 2
+    t = prepare_targets(tree, rewards, LossConfig(prm_target="x0"))
+    w1 = 1 / (1 + math.exp(-1.0))  # layer 1 values [1, 3]: (3 - 2) / 1
+    assert t.layer_weight.tolist() == pytest.approx([0.5, w1, w1])
+    assert t.fwd_prm_weight.tolist() == pytest.approx([0.5, w1 / 2, w1 / 2])
+    torch.testing.assert_close(t.best_x0[0], tree.leaf_latents[2])
+    p = prepare_targets(tree, rewards, LossConfig(prm_target="path"))
+    assert p.fwd_prm_weight.tolist() == pytest.approx([0.5, 0.0, w1])
+    assert tree.edge_child[p.fwd_path_edge[p.fwd_path_edge >= 0]].tolist() == [2, 5]
+    # GRPO weights: mean over the two layers of the mean over each layer's edges
+    assert t.edge_weight.tolist() == pytest.approx([0.25, 0.25, 0.125, 0.125, 0.125, 0.125])
+
+
+def test_kl_term_needs_a_reference_and_is_zero_against_itself(tiny_model) -> None:
+    tree, cond, targets, config = _setup(tiny_model, kl_beta=0.1)
+    with pytest.raises(ValueError, match="reference"):
+        microbatch_loss(tiny_model, cond, tree, targets, targets.train_forwards, config)
+    parts = microbatch_loss(tiny_model, cond, tree, targets, targets.train_forwards, config,
+                            reference=tiny_model)
+    assert parts.kl.item() == 0.0

@@ -1,0 +1,101 @@
+"""Forward counts of every strategy, measured by running the sampler and the training pass.
+
+A cheap linear velocity stands in for the model: the counts depend only on the plan. Each row
+puts the measured rollout count beside the closed form of ALGORITHM.md section 6.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from .flow import make_sigmas
+from .objective import LossConfig, backward_over_tree, prepare_targets
+from .strategies import (
+    DanceGRPOConfig,
+    MixGRPOConfig,
+    StrategyConfig,
+    TreeConfig,
+    build_plan,
+    closed_form,
+)
+from .tree import rollout
+
+
+@dataclass(frozen=True)
+class NfeSettings:
+    """The knobs of ``treerpo nfe``; ``group_size`` None means as many images as the tree."""
+
+    steps: int = 25
+    window_start: int = 10
+    depth: int = 4
+    branching: int = 2
+    trees_per_prompt: int = 1
+    window_size: int = 4
+    group_size: int | None = None
+    train_fraction: float = 0.6
+    tail_compression: float = 0.4
+
+
+def strategy_configs(s: NfeSettings) -> dict[str, StrategyConfig]:
+    """The compared strategies at the same steps, window start and (default) scored images."""
+    tree = TreeConfig(steps=s.steps, window_start=s.window_start, depth=s.depth,
+                      branching=s.branching, trees_per_prompt=s.trees_per_prompt,
+                      tail_compression=s.tail_compression)
+    g = s.group_size or tree.trees_per_prompt * tree.leaves_per_tree
+    mix = MixGRPOConfig(steps=s.steps, window_start=s.window_start, window_size=s.window_size,
+                        group_size=g, tail_compression=s.tail_compression)
+    return {
+        "dancegrpo": DanceGRPOConfig(steps=s.steps, group_size=g, train_fraction=s.train_fraction),
+        "mixgrpo": mix,
+        "mixgrpo_shared_trunk": replace(mix, share_trunk=True),
+        "mixgrpo_flash": replace(mix, flash=True),
+        "dynamic_treerpo": tree,
+    }
+
+
+def measure(config: StrategyConfig, steps: int) -> dict[str, float | int | str]:
+    """Run one prompt through the sampler and a training pass; count forwards."""
+    weight = torch.nn.Parameter(torch.tensor(0.1))
+
+    def velocity(x: torch.Tensor, sigma: torch.Tensor, cond: object) -> torch.Tensor:
+        return weight * x
+
+    plan = build_plan(config, make_sigmas("shift", steps))
+    tree = rollout(velocity, None, plan, seeds=[0], latent_shape=(2,))
+    rewards = torch.rand(tree.leaf_node.numel(), generator=torch.Generator().manual_seed(0))
+    targets = prepare_targets(tree, rewards, LossConfig())
+    stats = backward_over_tree(velocity, None, tree, targets, LossConfig())
+    expected = closed_form(config)
+    images = tree.leaf_node.numel()
+    return {
+        "rollout_nfe": tree.nfe,
+        "train_nfe": stats.train_nfe,
+        "train_edges": stats.train_edges,
+        "scored_images": images,
+        "rollout_nfe_per_image": tree.nfe / images,
+        "closed_form_rollout_nfe": expected.rollout_nfe,
+        "closed_form_train_nfe": expected.train_nfe,
+        "model_calls": tree.model_calls,
+    }
+
+
+def nfe_table(settings: NfeSettings) -> list[dict[str, float | int | str]]:
+    """One row per strategy (``strategy`` key first)."""
+    return [{"strategy": name, **measure(cfg, settings.steps)}
+            for name, cfg in strategy_configs(settings).items()]
+
+
+def format_table(rows: list[dict[str, float | int | str]]) -> str:
+    """A plain-text table with the ratio of forwards per image against MixGRPO."""
+    base = next((r["rollout_nfe_per_image"] for r in rows if r["strategy"] == "mixgrpo"), None)
+    head = (f"{'strategy':<22}{'images':>7}{'rollout':>9}{'closed':>8}{'per img':>9}"
+            f"{'vs mix':>8}{'train':>7}{'edges':>7}{'calls':>7}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        ratio = f"{float(r['rollout_nfe_per_image']) / float(base):.2f}x" if base else "-"
+        lines.append(f"{r['strategy']:<22}{r['scored_images']:>7}{r['rollout_nfe']:>9}"
+                     f"{r['closed_form_rollout_nfe']:>8}{float(r['rollout_nfe_per_image']):>9.2f}"
+                     f"{ratio:>8}{r['train_nfe']:>7}{r['train_edges']:>7}{r['model_calls']:>7}")
+    return "\n".join(lines)

@@ -1,0 +1,265 @@
+"""From a rollout and its rewards to gradients: targets once per tree, loss per micro-batch.
+
+``prepare_targets`` turns rewards into per-edge advantages, clip bounds and loss weights, and
+per-forward LayerTuning targets. The weights are global normalisers, so the loss of a micro-batch
+of forwards is its exact share of the full loss: summing micro-batch gradients equals the full
+gradient, and memory depends on the micro-batch size, not on the number of leaves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from .advantages import (
+    AdvantageMode,
+    NodeValue,
+    best_leaf_index,
+    combine_rewards,
+    edge_advantages,
+    group_stats,
+    node_values,
+)
+from .cond import Cond, select_rows
+from .flow import Gaussian, gaussian_kl_same_std, gaussian_log_prob, sde_transition
+from .losses import (
+    ClipConfig,
+    clip_bounds,
+    grpo_edge_loss,
+    layer_weight,
+    path_target,
+    velocity_mse,
+    x0_target,
+)
+from .tree import Tree, VelocityFn
+
+PrmTarget = Literal["x0", "path"]
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Every option of the loss, with the defaults of ALGORITHM.md (sections 3 and 4)."""
+
+    advantage: AdvantageMode = "tree"
+    node_value: NodeValue = "max"
+    adv_clip: float = 5.0
+    clip: ClipConfig = field(default_factory=ClipConfig)
+    prm_lambda: float = 0.1
+    prm_target: PrmTarget = "x0"
+    prm_eta: float = 1.0
+    kl_beta: float = 0.0
+
+
+@dataclass
+class TrainTargets:
+    """What the loss needs besides the model: all detached, computed once per rollout."""
+
+    leaf_value: Tensor  # [L]
+    node_value: Tensor  # [nodes]
+    edge_advantage: Tensor  # [E]
+    edge_weight: Tensor  # [E], 0 for untrained edges
+    edge_low: Tensor  # [E]
+    edge_high: Tensor  # [E]
+    fwd_prm_weight: Tensor  # [F], 0 where no LayerTuning term
+    fwd_path_edge: Tensor  # [F] long, the best child's edge for best nodes, else -1
+    best_x0: Tensor  # [P, *latent]
+    layer_weight: Tensor  # [F] the layer weight w_k of each forward's (prompt, layer)
+    train_forwards: Tensor  # ids of forwards with trained edges
+
+
+def _layer_groups(tree: Tree, forwards: Tensor) -> Tensor:
+    steps = len(tree.plan.ops)
+    return tree.fwd_prompt[forwards] * steps + tree.fwd_step[forwards]
+
+
+def _edge_weights(tree: Tree) -> Tensor:
+    """``1 / (layers * edges in the layer)`` on trained edges: mean over layers of edge means."""
+    weight = torch.zeros(tree.edge_train.shape)
+    trained = tree.edge_train.nonzero().flatten()
+    if trained.numel() == 0:
+        return weight
+    steps = tree.edge_step[trained]
+    layers, per_layer = torch.unique(steps, return_counts=True)
+    count = dict(zip(layers.tolist(), per_layer.tolist(), strict=True))
+    weight[trained] = torch.tensor([1.0 / (len(layers) * count[s]) for s in steps.tolist()])
+    return weight
+
+
+def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
+                    reward_weights: Tensor | None = None) -> TrainTargets:
+    """Advantages, clip bounds, loss weights and LayerTuning targets for one rollout.
+
+    ``rewards``: ``[L]`` or ``[L, K]`` per leaf, in ``tree.leaf_node`` order (prompt-major).
+    """
+    rewards = rewards.detach().float().cpu()
+    leaf_prompt = tree.node_prompt[tree.leaf_node]
+    leaf_value = combine_rewards(rewards, leaf_prompt, reward_weights)
+    values = node_values(tree, leaf_value, config.node_value)
+    adv = edge_advantages(tree, leaf_value, config.advantage, config.node_value, config.adv_clip)
+    low, high = clip_bounds(adv, config.clip)
+
+    forwards = tree.trained_forwards
+    num_fwd = tree.fwd_node.numel()
+    prm_weight = torch.zeros(num_fwd)
+    layer_w = torch.zeros(num_fwd)
+    path_edge = torch.full((num_fwd,), -1, dtype=torch.long)
+    best_pos = best_leaf_index(tree, leaf_value)
+    best = tree.leaf_node[best_pos]
+    best_x0 = tree.leaf_latents[best_pos.to(tree.leaf_latents.device)]
+    if forwards.numel():
+        groups = _layer_groups(tree, forwards)
+        fwd_values = values[tree.fwd_node[forwards]]
+        mean, std = group_stats(fwd_values, groups)
+        depth = tree.fwd_depth[forwards]
+        prompt = tree.fwd_prompt[forwards]
+        best_node = tree.ancestor_at_depth(best[prompt], depth)
+        is_best = tree.fwd_node[forwards] == best_node
+        # w_k uses the best node's value against its layer: broadcast it to the whole layer
+        best_value = torch.zeros(int(groups.max()) + 1)
+        best_value[groups[is_best]] = fwd_values[is_best]
+        w = layer_weight(best_value[groups], mean, std, config.prm_eta)
+        layer_w[forwards] = w
+        if config.prm_target == "x0":
+            per_layer = torch.bincount(groups)[groups].float()
+            prm_weight[forwards] = w / (tree.num_prompts * per_layer)
+        elif config.prm_target == "path":
+            prm_weight[forwards] = torch.where(is_best, w / tree.num_prompts, 0.0)
+            # the best child's edge: the edge out of each best forward toward the best leaf
+            on_path = tree.ancestor_at_depth(best[tree.edge_prompt], tree.edge_depth)
+            best_fwd = torch.zeros(num_fwd, dtype=torch.bool)
+            best_fwd[forwards[is_best]] = True
+            edge_ids = ((tree.edge_child == on_path) & best_fwd[tree.edge_forward]).nonzero()
+            path_edge[tree.edge_forward[edge_ids.flatten()]] = edge_ids.flatten()
+        else:
+            raise ValueError(f"unknown prm_target {config.prm_target!r}; expected 'x0' or 'path'")
+    return TrainTargets(leaf_value, values, adv, _edge_weights(tree), low, high, prm_weight,
+                        path_edge, best_x0, layer_w, forwards)
+
+
+@dataclass
+class LossParts:
+    """One micro-batch's share of the loss (``total`` carries the gradient) and its statistics."""
+
+    total: Tensor
+    grpo: Tensor
+    prm: Tensor
+    kl: Tensor
+    ratio: Tensor  # [edges of the micro-batch], detached
+    clipped: Tensor  # [edges of the micro-batch] bool
+
+
+def microbatch_loss(velocity: VelocityFn, cond: Cond, tree: Tree, targets: TrainTargets,
+                    forwards: Tensor, config: LossConfig,
+                    reference: VelocityFn | None = None) -> LossParts:
+    """Loss share of the trained edges below ``forwards`` (one model call, with grad).
+
+    The LayerTuning term reuses the same forward (no extra model call). ``reference`` (e.g. the
+    model with its LoRA disabled) enables the optional KL term when ``kl_beta > 0``.
+    """
+    x = tree.fwd_x[forwards]
+    sigma = tree.fwd_sigma[forwards].to(x.device)
+    rows = select_rows(cond, tree.fwd_prompt[forwards])
+    v = velocity(x, sigma, rows).float()
+    dist = sde_transition(tree.plan.sde_kind, x, v, sigma, tree.fwd_sigma_next[forwards],
+                          tree.fwd_noise_level[forwards])
+
+    local = torch.full((tree.fwd_node.numel(),), -1, dtype=torch.long)
+    local[forwards] = torch.arange(forwards.numel())
+    edges = ((local[tree.edge_forward] >= 0) & tree.edge_train).nonzero().flatten()
+    pos = local[tree.edge_forward[edges]].to(x.device)
+    edge_dist = Gaussian(dist.mean[pos], dist.std[pos])
+    log_prob = gaussian_log_prob(tree.edge_x_child[edges], edge_dist, tree.plan.log_prob_reduction)
+    dev = x.device
+    parts = grpo_edge_loss(log_prob, tree.edge_log_prob_old[edges].to(dev),
+                           targets.edge_advantage[edges].to(dev), targets.edge_low[edges].to(dev),
+                           targets.edge_high[edges].to(dev))
+    grpo = (parts.loss * targets.edge_weight[edges].to(dev)).sum()
+
+    prm = torch.zeros((), device=dev)
+    weights = targets.fwd_prm_weight[forwards].to(dev)
+    if config.prm_lambda != 0.0 and bool((weights > 0).any()):
+        prompt = tree.fwd_prompt[forwards]
+        if config.prm_target == "x0":
+            target = x0_target(x, targets.best_x0[prompt].to(dev), sigma)
+        else:
+            child_edge = targets.fwd_path_edge[forwards]
+            has = child_edge >= 0
+            child_x = x.clone()
+            child_x[has.to(dev)] = tree.edge_x_child[child_edge[has]]
+            delta = sigma - tree.fwd_sigma_next[forwards].to(dev)
+            target = path_target(x, child_x, delta)
+        prm = (velocity_mse(v, target) * weights).sum()
+
+    kl = torch.zeros((), device=dev)
+    if config.kl_beta > 0.0:
+        if reference is None:
+            raise ValueError("kl_beta > 0 needs a reference velocity function")
+        with torch.no_grad():
+            v_ref = reference(x, sigma, rows).float()
+        ref = sde_transition(tree.plan.sde_kind, x, v_ref, sigma, tree.fwd_sigma_next[forwards],
+                             tree.fwd_noise_level[forwards])
+        share = 1.0 / max(1, targets.train_forwards.numel())
+        kl = gaussian_kl_same_std(dist.mean, ref.mean, dist.std).sum() * share
+
+    total = grpo + config.prm_lambda * prm + config.kl_beta * kl
+    return LossParts(total, grpo.detach(), prm.detach(), kl.detach(), parts.ratio.detach(),
+                     parts.clipped)
+
+
+def forward_batches(tree: Tree, forwards: Tensor, max_batch: int | None) -> list[Tensor]:
+    """Micro-batches of forward ids: one per tree layer (step), split by ``max_batch``.
+
+    Grouping by layer reproduces the rollout's batches, so a deterministic model gives bitwise
+    the rollout's velocities and a ratio of exactly 1 before the first update.
+    """
+    batches: list[Tensor] = []
+    steps = tree.fwd_step[forwards]
+    for step in steps.unique().tolist():
+        layer = forwards[steps == step]
+        size = layer.numel() if not max_batch else max(1, max_batch)
+        batches.extend(torch.split(layer, size))
+    return batches
+
+
+@dataclass
+class LossStats:
+    """Totals of one pass over a tree, for logging."""
+
+    loss: float
+    grpo_loss: float
+    prm_loss: float
+    kl: float
+    clip_frac: float
+    ratio_dev_max: float
+    train_nfe: int
+    train_edges: int
+
+
+def backward_over_tree(velocity: VelocityFn, cond: Cond, tree: Tree, targets: TrainTargets,
+                       config: LossConfig, max_batch: int | None = None,
+                       reference: VelocityFn | None = None,
+                       on_batch: Callable[[LossParts], None] | None = None) -> LossStats:
+    """Accumulate the full loss's gradient micro-batch by micro-batch; return its statistics."""
+    totals = torch.zeros(4)
+    ratios, clipped = [], []
+    nfe = 0
+    for batch in forward_batches(tree, targets.train_forwards, max_batch):
+        parts = microbatch_loss(velocity, cond, tree, targets, batch, config, reference)
+        parts.total.backward()
+        nfe += batch.numel()
+        totals += torch.stack([parts.total.detach(), parts.grpo, parts.prm, parts.kl]).cpu()
+        ratios.append(parts.ratio.cpu())
+        clipped.append(parts.clipped.cpu())
+        if on_batch is not None:
+            on_batch(parts)
+    ratio = torch.cat(ratios) if ratios else torch.ones(0)
+    clip = torch.cat(clipped) if clipped else torch.zeros(0, dtype=torch.bool)
+    return LossStats(
+        loss=float(totals[0]), grpo_loss=float(totals[1]), prm_loss=float(totals[2]),
+        kl=float(totals[3]), clip_frac=float(clip.float().mean()) if clip.numel() else 0.0,
+        ratio_dev_max=float((ratio - 1).abs().max()) if ratio.numel() else 0.0,
+        train_nfe=nfe, train_edges=int(ratio.numel()))

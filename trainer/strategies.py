@@ -1,0 +1,285 @@
+"""Strategies as rollout plans: Dynamic-TreeRPO, MixGRPO (+ trunk sharing, + Flash), DanceGRPO.
+
+Each strategy has a typed config with the defaults of ALGORITHM.md and a ``plan`` function that
+turns it, a sigma grid and a window start into a :class:`RolloutPlan`. The closed-form forward
+counts of ALGORITHM.md section 6 live here too, so tests can check the sampler against them.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from torch import Tensor
+
+from .tree import RolloutPlan, StepOp
+
+Tail = Literal["euler", "dpm2m"]
+WindowSchedule = Literal["progressive", "random", "fixed"]
+STRATEGIES: tuple[str, ...] = ("dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo")
+
+
+@dataclass(frozen=True)
+class TreeConfig:
+    """Dynamic-TreeRPO sampling (ALGORITHM.md section 2).
+
+    ``window_start`` l, ``depth`` d (paper: 4), ``branching`` b (paper: 2), ``trees_per_prompt``
+    M; noise level of layer k is ``min(noise_level * (1 + noise_growth * k / (d - 1)), noise_max)``
+    (linear in depth [paper], clamped [choice]). ``tail``: Euler, or DPM-Solver++(2M) with
+    ``max(1, round(tail_compression * remaining))`` steps (MixGRPO-Flash style).
+    """
+
+    steps: int = 25
+    window_start: int = 10
+    depth: int = 4
+    branching: int = 2
+    trees_per_prompt: int = 1
+    noise_level: float = 0.6
+    noise_growth: float = 0.5
+    noise_max: float = 1.0
+    sde_kind: str = "flow_grpo"
+    tail: Tail = "euler"
+    tail_compression: float = 0.4
+
+    @property
+    def leaves_per_tree(self) -> int:
+        return self.branching**self.depth
+
+    @property
+    def max_window_start(self) -> int:
+        """Last start whose window avoids the final step: ``T - 1 - d``."""
+        return self.steps - 1 - self.depth
+
+
+@dataclass(frozen=True)
+class MixGRPOConfig:
+    """MixGRPO: ``group_size`` trajectories, SDE inside ``[l, l + window_size)``, ODE outside.
+
+    ``share_trunk`` computes the identical pre-window ODE trunk once per prompt instead of
+    ``group_size`` times (the published code recomputes it). ``flash`` replaces the post-window
+    Euler tail by DPM-Solver++(2M) with ``round(tail_compression * remaining)`` steps.
+    """
+
+    steps: int = 25
+    window_start: int = 0
+    window_size: int = 4
+    group_size: int = 12
+    noise_level: float = 0.7
+    sde_kind: str = "flow_grpo"
+    share_trunk: bool = False
+    flash: bool = False
+    tail_compression: float = 0.4
+
+    @property
+    def max_window_start(self) -> int:
+        return self.steps - 1 - self.window_size
+
+
+@dataclass(frozen=True)
+class DanceGRPOConfig:
+    """DanceGRPO: ``group_size`` trajectories from one shared noise, SDE (constant ``eta``) at
+    every step but the last, a random ``train_fraction`` of the first ``T - 1`` steps trained."""
+
+    steps: int = 16
+    group_size: int = 12
+    eta: float = 0.3
+    train_fraction: float = 0.6
+    share_initial_noise: bool = True
+    sde_kind: str = "dance"
+
+
+StrategyConfig = TreeConfig | MixGRPOConfig | DanceGRPOConfig
+
+
+def strategy_name(config: StrategyConfig) -> str:
+    """The public name of a config's strategy."""
+    if isinstance(config, TreeConfig):
+        return "dynamic_treerpo"
+    if isinstance(config, MixGRPOConfig):
+        return "mixgrpo_flash" if config.flash else "mixgrpo"
+    return "dancegrpo"
+
+
+# ------------------------------------------------------------------------------ helpers
+def _check_grid(sigmas: Tensor, steps: int) -> list[float]:
+    values = [float(s) for s in sigmas]
+    if len(values) != steps + 1:
+        raise ValueError(f"sigma grid has {len(values)} values; steps={steps} needs {steps + 1}")
+    return values
+
+
+def _check_window(start: int, max_start: int, what: str) -> None:
+    if not 0 <= start <= max_start:
+        raise ValueError(f"window_start={start} out of range for {what}: must be in [0, {max_start}]")
+
+
+def tree_noise_levels(config: TreeConfig) -> list[float]:
+    """Depth-wise noise ``a_k`` for ``k = 0 .. d-1``: linear growth, clamped to ``noise_max``."""
+    d = config.depth
+    return [min(config.noise_level * (1.0 + config.noise_growth * (k / (d - 1) if d > 1 else 0.0)),
+                config.noise_max) for k in range(d)]
+
+
+def compressed_tail_steps(remaining: int, compression: float) -> int:
+    """Steps of a compressed tail: ``max(1, round(c * remaining))``."""
+    if not 0.0 < compression <= 1.0:
+        raise ValueError(f"tail_compression must be in (0, 1], got {compression}")
+    return max(1, round(compression * remaining)) if remaining > 0 else 0
+
+
+def _tail_ops(sigmas: list[float], start: int, solver: Tail, compression: float) -> list[StepOp]:
+    """Deterministic steps from ``sigmas[start]`` to 0, Euler on the grid or a compressed 2M."""
+    steps = len(sigmas) - 1
+    if solver == "euler":
+        return [StepOp(sigmas[i], sigmas[i + 1]) for i in range(start, steps)]
+    if solver != "dpm2m":
+        raise ValueError(f"unknown tail solver {solver!r}; expected 'euler' or 'dpm2m'")
+    n = compressed_tail_steps(steps - start, compression)
+    # resample the remaining grid at n + 1 evenly spaced fractional indices (keeps its shape)
+    positions = np.linspace(start, steps, n + 1)
+    grid = np.interp(positions, np.arange(steps + 1), np.asarray(sigmas, dtype=np.float64))
+    grid[-1] = 0.0
+    return [StepOp(float(grid[i]), float(grid[i + 1]), "dpm2m") for i in range(n)]
+
+
+# ------------------------------------------------------------------------------ plans
+def tree_plan(config: TreeConfig, sigmas: Tensor, window_start: int | None = None,
+              log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
+    """Trunk ODE to ``l``, ``d`` branching SDE layers, then the tail, for ``M`` trees."""
+    grid = _check_grid(sigmas, config.steps)
+    if config.depth < 1 or config.branching < 1 or config.trees_per_prompt < 1:
+        raise ValueError("depth, branching and trees_per_prompt must be >= 1")
+    start = config.window_start if window_start is None else window_start
+    _check_window(start, config.max_window_start, f"steps={config.steps}, depth={config.depth}")
+    ops = [StepOp(grid[i], grid[i + 1]) for i in range(start)]
+    for k, level in enumerate(tree_noise_levels(config)):
+        i = start + k
+        ops.append(StepOp(grid[i], grid[i + 1], "sde", config.branching, level, train=True))
+    ops += _tail_ops(grid, start + config.depth, config.tail, config.tail_compression)
+    return RolloutPlan("dynamic_treerpo", tuple(ops), config.trees_per_prompt,
+                       shared_root_noise=False, sde_kind=config.sde_kind,
+                       window_start=start, log_prob_reduction=log_prob_reduction)
+
+
+def mixgrpo_plan(config: MixGRPOConfig, sigmas: Tensor, window_start: int | None = None,
+                 log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
+    """ODE trunk, an SDE window of ``window_size`` trained steps, an ODE (or 2M) tail."""
+    grid = _check_grid(sigmas, config.steps)
+    start = config.window_start if window_start is None else window_start
+    _check_window(start, config.max_window_start,
+                  f"steps={config.steps}, window_size={config.window_size}")
+    g = config.group_size
+    ops = [StepOp(grid[i], grid[i + 1]) for i in range(start)]
+    for k in range(config.window_size):
+        i = start + k
+        branch = g if (config.share_trunk and k == 0) else 1
+        ops.append(StepOp(grid[i], grid[i + 1], "sde", branch, config.noise_level, train=True))
+    tail: Tail = "dpm2m" if config.flash else "euler"
+    ops += _tail_ops(grid, start + config.window_size, tail, config.tail_compression)
+    return RolloutPlan(strategy_name(config), tuple(ops), 1 if config.share_trunk else g,
+                       shared_root_noise=True, sde_kind=config.sde_kind, window_start=start,
+                       log_prob_reduction=log_prob_reduction)
+
+
+def dancegrpo_train_steps(config: DanceGRPOConfig, seed: int) -> list[int]:
+    """The ``floor(f (T - 1))`` trained steps of one iteration, drawn from ``seed``."""
+    count = math.floor(config.train_fraction * (config.steps - 1))
+    return sorted(random.Random(seed).sample(range(config.steps - 1), count))
+
+
+def dancegrpo_plan(config: DanceGRPOConfig, sigmas: Tensor, seed: int = 0,
+                   log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
+    """SDE with constant noise at steps ``0 .. T-2``, a deterministic last step."""
+    grid = _check_grid(sigmas, config.steps)
+    if config.steps < 2:
+        raise ValueError("DanceGRPO needs steps >= 2 (the last step is deterministic)")
+    trained = set(dancegrpo_train_steps(config, seed))
+    ops = [StepOp(grid[i], grid[i + 1], "sde", 1, config.eta, train=i in trained)
+           for i in range(config.steps - 1)]
+    ops.append(StepOp(grid[-2], grid[-1]))
+    return RolloutPlan("dancegrpo", tuple(ops), config.group_size,
+                       shared_root_noise=config.share_initial_noise, sde_kind=config.sde_kind,
+                       window_start=0, log_prob_reduction=log_prob_reduction)
+
+
+def build_plan(config: StrategyConfig, sigmas: Tensor, window_start: int | None = None,
+               seed: int = 0, log_prob_reduction: Literal["mean", "sum"] = "mean"
+               ) -> RolloutPlan:
+    """Dispatch to the plan of ``config``'s strategy."""
+    if isinstance(config, TreeConfig):
+        return tree_plan(config, sigmas, window_start, log_prob_reduction)
+    if isinstance(config, MixGRPOConfig):
+        return mixgrpo_plan(config, sigmas, window_start, log_prob_reduction)
+    if isinstance(config, DanceGRPOConfig):
+        return dancegrpo_plan(config, sigmas, seed, log_prob_reduction)
+    raise TypeError(f"not a strategy config: {type(config).__name__}")
+
+
+# ------------------------------------------------------------------------------ window
+def window_start(iteration: int, schedule: WindowSchedule, start: int, max_start: int,
+                 every: int = 25, stride: int = 1, roll_back: bool = True, seed: int = 0) -> int:
+    """Where the SDE window starts at ``iteration`` (MixGRPO's sliding window).
+
+    ``progressive``: ``min(start + floor(iteration / every) * stride, max_start)``, or with
+    ``roll_back`` cycling back to ``start`` once past ``max_start``; ``random``: uniform in
+    ``[start, max_start]`` (seeded by ``seed`` and ``iteration``); ``fixed``: ``start``.
+    """
+    if not 0 <= start <= max_start:
+        raise ValueError(f"window start {start} out of range [0, {max_start}]")
+    if every < 1 or stride < 1:
+        raise ValueError("window 'every' and 'stride' must be >= 1")
+    if schedule == "fixed":
+        return start
+    if schedule == "random":
+        return random.Random(seed * 1_000_003 + iteration).randint(start, max_start)
+    if schedule != "progressive":
+        raise ValueError(f"unknown window schedule {schedule!r}; expected progressive, random, fixed")
+    moves = iteration // every
+    if roll_back:
+        positions = (max_start - start) // stride + 1
+        return start + (moves % positions) * stride
+    return min(start + moves * stride, max_start)
+
+
+# ------------------------------------------------------------------------------ closed forms
+@dataclass(frozen=True)
+class ComputeCount:
+    """Forwards of one iteration for one prompt, in closed form (ALGORITHM.md section 6)."""
+
+    rollout_nfe: int
+    train_nfe: int
+    train_edges: int
+    scored_images: int
+
+
+def closed_form(config: StrategyConfig, window_start: int | None = None) -> ComputeCount:
+    """Rollout and training forwards per prompt, from the formulas, not from the sampler.
+
+    Training forwards count one evaluation per trained parent state: siblings share it, since
+    ``log pi(child | parent)`` needs only ``v(parent)``.
+    """
+    if isinstance(config, TreeConfig):
+        m, b, d, t = config.trees_per_prompt, config.branching, config.depth, config.steps
+        l_ = config.window_start if window_start is None else window_start
+        n = b**d
+        internal = d if b == 1 else (n - 1) // (b - 1)
+        remaining = t - l_ - d
+        tail = (compressed_tail_steps(remaining, config.tail_compression)
+                if config.tail == "dpm2m" else remaining)
+        return ComputeCount(m * (l_ + internal + n * tail), m * internal, m * b * internal, m * n)
+    if isinstance(config, MixGRPOConfig):
+        g, w, t = config.group_size, config.window_size, config.steps
+        l_ = config.window_start if window_start is None else window_start
+        remaining = t - l_ - w
+        tail = (compressed_tail_steps(remaining, config.tail_compression)
+                if config.flash else remaining)
+        trunk = l_ if config.share_trunk else g * l_
+        first = 1 if config.share_trunk else g
+        return ComputeCount(trunk + first + g * (w - 1) + g * tail, first + g * (w - 1),
+                            g * w, g)
+    g, t = config.group_size, config.steps
+    trained = math.floor(config.train_fraction * (t - 1))
+    return ComputeCount(g * t, g * trained, g * trained, g)

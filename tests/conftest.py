@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch import nn
 
-torch.set_num_threads(2)
+torch.set_num_threads(int(os.environ.get("TREERPO_TEST_THREADS", "2")))
 
 
 class TinyVelocity(nn.Module):

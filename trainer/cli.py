@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from .nfe import NfeSettings, format_table, nfe_table
 
@@ -40,11 +41,65 @@ def _run_nfe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a LoRA with Dynamic-TreeRPO (or a baseline)",
+                       description="Headless RL fine-tuning. Writes metrics.csv, TensorBoard events, "
+                                   "checkpoints/, lora/, plots/ and samples/ into the run folder.")
+    p.add_argument("config", nargs="?", default=None,
+                   help="YAML config (default: built-in defaults, the same as configs/default.yaml)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set iterations=2 --set tree.depth=3")
+    p.add_argument("--out", type=Path, default=None, help="run folder (default: runs/<config name>)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_run_train)
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from .run import format_summary, resolve_config, run_training
+
+    out = args.out or Path("runs") / (Path(args.config).stem if args.config else "default")
+    config = resolve_config(args.config, args.overrides, out, args.resume)
+    summary = run_training(config, out, resume=args.resume, progress=not args.no_progress)
+    print(format_summary(summary))
+    print(f"run folder: {out}")
+    return 0
+
+
+def _add_sample(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sample", help="render prompts with the embedded model and an optional LoRA")
+    p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
+    p.add_argument("--prompts", type=Path, default=None, help="a prompt file, one per line")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, one image per prompt and seed")
+    p.add_argument("--lora", type=Path, default=None, help="LoRA file (ComfyUI or diffusers format)")
+    p.add_argument("--model", type=Path, default=None, help="model folder (default: the embedded default)")
+    p.add_argument("--steps", type=int, default=10, help="sampling steps (default %(default)s)")
+    p.add_argument("--out", type=Path, default=Path("samples.png"), help="output PNG grid")
+    p.set_defaults(func=_run_sample)
+
+
+def _run_sample(args: argparse.Namespace) -> int:
+    from .sample import sample_grid
+
+    prompts = list(args.prompt)
+    if args.prompts is not None:
+        from .evaluate import read_prompt_file
+
+        prompts += read_prompt_file(args.prompts)
+    if not prompts:
+        raise ValueError("give at least one --prompt or a --prompts file")
+    sample_grid(prompts, args.seeds, args.out, lora=args.lora, model=args.model, steps=args.steps)
+    print(f"wrote {args.out} ({len(prompts) * len(args.seeds)} images)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="treerpo", description="Dynamic-TreeRPO for flow-matching "
                                      "text-to-image models.")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_nfe(sub)
+    _add_train(sub)
+    _add_sample(sub)
     return parser
 
 
@@ -53,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"treerpo {args.command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -38,6 +38,7 @@ from .losses import (
 from .tree import Tree, VelocityFn
 
 PrmTarget = Literal["x0", "path"]
+PrmScale = Literal["logprob", "velocity"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class LossConfig:
     prm_lambda: float = 0.1
     prm_target: PrmTarget = "x0"
     prm_eta: float = 1.0
+    prm_scale: PrmScale = "logprob"
     kl_beta: float = 0.0
 
 
@@ -192,7 +194,10 @@ def microbatch_loss(velocity: VelocityFn, cond: Cond, tree: Tree, targets: Train
             child_x[has.to(dev)] = tree.edge_x_child[child_edge[has]]
             delta = sigma - tree.fwd_sigma_next[forwards].to(dev)
             target = path_target(x, child_x, delta)
-        prm = (velocity_mse(v, target) * weights).sum()
+        mse = velocity_mse(v, target)
+        if config.prm_scale == "logprob":
+            mse = mse * prm_logprob_factor(sigma - tree.fwd_sigma_next[forwards].to(dev), dist.std)
+        prm = (mse * weights).sum()
 
     kl = torch.zeros((), device=dev)
     if config.kl_beta > 0.0:
@@ -208,6 +213,17 @@ def microbatch_loss(velocity: VelocityFn, cond: Cond, tree: Tree, targets: Train
     total = grpo + config.prm_lambda * prm + config.kl_beta * kl
     return LossParts(total, grpo.detach(), prm.detach(), kl.detach(), parts.ratio.detach(),
                      parts.clipped)
+
+
+def prm_logprob_factor(delta: Tensor, std: Tensor) -> Tensor:
+    """``D^2 / (2 std^2)``: turns a velocity MSE into the element-averaged Gaussian negative
+    log-likelihood of the target transition, the units of the GRPO term.
+
+    A velocity error ``dv`` moves the step's mean by ``D dv``; under ``N(mean, std^2)`` that costs
+    ``(D dv)^2 / (2 std^2)``. Without this factor the LayerTuning gradient is hundreds of times
+    larger than the policy gradient at ``lambda = 0.1`` and, with Adam, drowns it.
+    """
+    return delta.float() ** 2 / (2.0 * std.float() ** 2)
 
 
 def forward_batches(tree: Tree, forwards: Tensor, max_batch: int | None) -> list[Tensor]:
@@ -237,19 +253,27 @@ class LossStats:
     ratio_dev_max: float
     train_nfe: int
     train_edges: int
+    ratios: Tensor = field(default_factory=lambda: torch.ones(0))
 
 
 def backward_over_tree(velocity: VelocityFn, cond: Cond, tree: Tree, targets: TrainTargets,
                        config: LossConfig, max_batch: int | None = None,
                        reference: VelocityFn | None = None,
-                       on_batch: Callable[[LossParts], None] | None = None) -> LossStats:
-    """Accumulate the full loss's gradient micro-batch by micro-batch; return its statistics."""
+                       on_batch: Callable[[LossParts], None] | None = None,
+                       forwards: Tensor | None = None, scale: float = 1.0) -> LossStats:
+    """Accumulate the loss's gradient micro-batch by micro-batch; return its statistics.
+
+    ``forwards`` restricts the pass to a subset of the trained forwards (one of several
+    optimizer updates per rollout); ``scale`` multiplies its loss (e.g. by the number of subsets,
+    so each update has the magnitude of the full loss).
+    """
     totals = torch.zeros(4)
     ratios, clipped = [], []
     nfe = 0
-    for batch in forward_batches(tree, targets.train_forwards, max_batch):
+    chosen = targets.train_forwards if forwards is None else forwards
+    for batch in forward_batches(tree, chosen, max_batch):
         parts = microbatch_loss(velocity, cond, tree, targets, batch, config, reference)
-        parts.total.backward()
+        (parts.total * scale).backward()
         nfe += batch.numel()
         totals += torch.stack([parts.total.detach(), parts.grpo, parts.prm, parts.kl]).cpu()
         ratios.append(parts.ratio.cpu())
@@ -262,4 +286,4 @@ def backward_over_tree(velocity: VelocityFn, cond: Cond, tree: Tree, targets: Tr
         loss=float(totals[0]), grpo_loss=float(totals[1]), prm_loss=float(totals[2]),
         kl=float(totals[3]), clip_frac=float(clip.float().mean()) if clip.numel() else 0.0,
         ratio_dev_max=float((ratio - 1).abs().max()) if ratio.numel() else 0.0,
-        train_nfe=nfe, train_edges=int(ratio.numel()))
+        train_nfe=nfe, train_edges=int(ratio.numel()), ratios=ratio)

@@ -1,0 +1,132 @@
+"""The headless trainer end to end on the embedded default, with settings small enough for CI."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from trainer.config_io import ConfigError, load_config, to_dict
+from trainer.loop import COLUMNS
+from trainer.models.embedded import EmbeddedPolicy, image_ids, pack
+from trainer.run import resolve_config, run_training
+from trainer.sample import load_lora_file
+from trainer.train_config import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = [
+    "data.prompts_per_iteration=2", "data.eval_pairs=4", "data.eval_every=2", "sampling.eval_steps=3",
+    "tree.steps=5", "tree.depth=2", "tree.trees_per_prompt=1", "checkpoint_every=2",
+    "window.every=1", "lora.rank=4", "lora.alpha=8.0",
+]
+
+
+def _config(*extra: str) -> TrainConfig:
+    return load_config(TrainConfig, None, [*SMALL, *extra])
+
+
+def test_default_yaml_is_the_builtin_default() -> None:
+    loaded = load_config(TrainConfig, ROOT / "configs" / "default.yaml")
+    assert to_dict(loaded) == to_dict(TrainConfig())
+    keys = set(yaml.safe_load((ROOT / "configs/default.yaml").read_text()))
+    assert {"iterations", "checkpoint_every"} <= keys
+
+
+@pytest.fixture(scope="module")
+def two_iterations(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("run")
+    run_training(_config("iterations=2"), run, progress=False)
+    return run
+
+
+def test_a_short_run_writes_every_artefact(two_iterations: Path) -> None:
+    run = two_iterations
+    for name in ("config.yaml", "metrics.csv", "summary.json", "checkpoints/latest.json",
+                 "checkpoints/iter_000002/lora.safetensors", "checkpoints/iter_000002/optimizer.pt",
+                 "checkpoints/iter_000002/state.pt", "lora/comfyui_lora.safetensors",
+                 "lora/pytorch_lora_weights.safetensors", "plots/reward.png", "samples/before.png",
+                 "samples/after.png"):
+        assert (run / name).is_file(), name
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    with open(run / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == COLUMNS
+    assert [r["iteration"] for r in rows] == ["0", "1", "2"]
+    assert rows[0]["eval_reward"] and rows[2]["eval_reward"]  # base and final evaluations
+    for row in rows[1:]:
+        for key in ("strategy", "window_start", "reward_mean", "reward_std", "loss", "grpo_loss",
+                    "prm_loss", "clip_frac", "nfe_rollout", "nfe_train", "wall_s"):
+            assert row[key] != "", key
+        assert int(row["nfe_rollout"]) == 2 * (0 + 3 + 4 * 3) or int(row["window_start"]) > 0
+    assert yaml.safe_load((run / "config.yaml").read_text())["iterations"] == 2
+
+
+def _transformer_output(transformer: torch.nn.Module) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 48, 16, 16, generator=gen)
+    with torch.no_grad():
+        return transformer(hidden_states=pack(x),
+                           encoder_hidden_states=torch.randn(2, 16, 64, generator=gen),
+                           pooled_projections=torch.randn(2, 64, generator=gen),
+                           timestep=torch.rand(2, generator=gen), img_ids=image_ids(16, 16),
+                           txt_ids=torch.zeros(16, 3), return_dict=False)[0]
+
+
+@pytest.mark.parametrize("fmt", ["comfyui_lora.safetensors", "pytorch_lora_weights.safetensors"])
+def test_exported_lora_reproduces_the_trained_model(two_iterations: Path, fmt: str) -> None:
+    from trainer.lora import attach_lora, load_lora_state
+
+    trained = EmbeddedPolicy.from_pretrained()
+    attach_lora(trained.transformer, 4, 8.0, TrainConfig().lora.targets)
+    ckpt = two_iterations / "checkpoints/iter_000002/lora.safetensors"
+    load_lora_state(trained.transformer, load_file(ckpt))
+    expected = _transformer_output(trained.transformer)
+    base = _transformer_output(EmbeddedPolicy.from_pretrained().transformer)
+    assert (expected - base).abs().max() > 1e-6  # training changed the model
+    fresh = EmbeddedPolicy.from_pretrained()
+    load_lora_file(fresh.transformer, two_iterations / "lora" / fmt)
+    torch.testing.assert_close(_transformer_output(fresh.transformer), expected, rtol=0, atol=1e-5)
+
+
+def test_comfyui_file_carries_alpha_tensors(two_iterations: Path) -> None:
+    state = load_file(two_iterations / "lora/comfyui_lora.safetensors")
+    alphas = [k for k in state if k.endswith(".alpha")]
+    ups = [k for k in state if k.endswith("lora_B.weight")]
+    assert alphas and len(alphas) == len(ups)
+    assert all(float(state[k]) == 8.0 for k in alphas)
+
+
+def test_resume_equals_uninterrupted(tmp_path: Path) -> None:
+    straight = tmp_path / "straight"
+    run_training(_config("iterations=4"), straight, progress=False)
+    split = tmp_path / "split"
+    run_training(_config("iterations=2"), split, progress=False)
+    config = resolve_config(None, ["iterations=4"], split, resume=True)
+    run_training(config, split, resume=True, progress=False)
+    a = load_file(straight / "checkpoints/iter_000004/lora.safetensors")
+    b = load_file(split / "checkpoints/iter_000004/lora.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert (a[key] - b[key]).abs().max() <= 1e-6, key
+    with open(straight / "metrics.csv") as f, open(split / "metrics.csv") as g:
+        ra, rb = list(csv.DictReader(f)), list(csv.DictReader(g))
+    assert [r["reward_mean"] for r in ra] == [r["reward_mean"] for r in rb]
+
+
+def test_an_existing_run_is_never_overwritten(two_iterations: Path) -> None:
+    with pytest.raises(ConfigError, match="already holds a run; add --resume"):
+        run_training(_config("iterations=1"), two_iterations, progress=False)
+
+
+def test_cli_bad_key_is_one_line(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "trainer", "train", "--out", str(tmp_path / "r"),
+                          "--set", "tree.dept=3"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "treerpo train: error: unknown key 'tree.dept' (did you mean 'tree.depth'?)"]

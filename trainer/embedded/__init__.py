@@ -1,0 +1,1 @@
+"""Small self-contained datasets that need no downloads (procedural scenes)."""

@@ -1,0 +1,218 @@
+"""The headless training loop: rollout, reward, advantages, loss, update; logs, checkpoints, exports.
+
+All randomness of iteration ``i`` derives from ``(seed, i)``: prompts, rollout seeds, the plan and
+the split of forwards into updates. With the LoRA and optimizer state restored, a resumed run
+repeats exactly what an uninterrupted one would have done.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .checkpoint import load_latest, save_checkpoint
+from .config_io import save_config
+from .evaluate import PromptSource, clean_renders, drift_loss, evaluate, held_out_pairs
+from .flow import make_sigmas
+from .lora import attach_lora, load_lora_state, lora_state_dict, save_lora_files
+from .losses import ratio_spread
+from .models.embedded import EmbeddedPolicy
+from .objective import backward_over_tree, prepare_targets
+from .rewards.registry import get_reward
+from .strategies import DanceGRPOConfig, build_plan, window_start
+from .train_config import TrainConfig
+from .tree import rollout
+
+COLUMNS = (
+    "iteration", "strategy", "window_start", "reward_mean", "reward_std", "reward_max",
+    "exact_mean", "eval_reward", "eval_exact", "drift", "loss", "grpo_loss", "prm_loss", "kl",
+    "clip_frac", "clip_scale", "ratio_dev_max", "grad_norm", "skipped_updates", "nfe_rollout",
+    "nfe_train", "scored_images", "iteration_s", "wall_s",
+)
+SAMPLE_PAIRS = 16
+
+
+def load_policy(config: TrainConfig) -> EmbeddedPolicy:
+    """The model named by the config, with a fresh LoRA attached."""
+    if config.model.kind != "embedded":
+        raise ValueError(f"unknown model kind {config.model.kind!r}")
+    policy = EmbeddedPolicy.from_pretrained(config.model.path)
+    attach_lora(policy.transformer, config.lora.rank, config.lora.alpha, config.lora.targets,
+                seed=config.seed)
+    return policy
+
+
+def iteration_seeds(seed: int, iteration: int, count: int) -> list[int]:
+    """Per-prompt rollout seeds of one iteration."""
+    return [int(s) for s in np.random.default_rng([seed, iteration, 1]).integers(0, 2**31 - 1, count)]
+
+
+@dataclass
+class ClipSpread:
+    """Running estimate of ``|r - 1|`` so that clip bounds sit where ratios actually are."""
+
+    ema: float | None = None
+
+    def scale(self, config: TrainConfig) -> float:
+        if not config.clip_spread.enabled or self.ema is None:
+            return 1.0
+        clip = config.loss.clip
+        top = clip.fixed if clip.mode == "fixed" else clip.eps_high
+        return self.ema / top
+
+    def update(self, config: TrainConfig, ratios: torch.Tensor) -> None:
+        if ratios.numel() == 0 or not config.clip_spread.enabled:
+            return
+        value = float(ratio_spread(ratios, config.clip_spread.quantile))
+        if value <= 0.0 or not math.isfinite(value):
+            return
+        m = config.clip_spread.momentum
+        self.ema = value if self.ema is None else m * self.ema + (1 - m) * value
+
+
+class Trainer:
+    """One run: owns the policy, optimizer, reward, prompt source and the clip-spread state."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        torch.set_num_threads(config.threads)
+        self.config = config
+        self.policy = load_policy(config)
+        self.params = list(self.policy.trainable_parameters())
+        o = config.optim
+        self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+        self.reward = get_reward(config.reward)
+        self.strategy = config.strategy_config
+        self.sigmas = make_sigmas(config.sampling.schedule, self.strategy.steps, config.sampling.shift,
+                                  image_tokens=64)
+        self.eval_sigmas = make_sigmas(config.sampling.schedule, config.sampling.eval_steps,
+                                       config.sampling.shift, image_tokens=64)
+        self.eval_pairs = held_out_pairs(config.data.eval_pairs, config.data.eval_seed)
+        self.prompts = PromptSource(config.data.prompts, config.seed,
+                                    exclude=[p.prompt for p in self.eval_pairs])
+        self.spread = ClipSpread()
+        self._renders = clean_renders(self.eval_pairs)
+
+    # ------------------------------------------------------------------ state
+    def state(self) -> dict[str, Any]:
+        return {"clip_ema": -1.0 if self.spread.ema is None else self.spread.ema,
+                "torch_rng": torch.get_rng_state()}
+
+    def restore(self, lora: dict, optimizer: dict, state: dict) -> None:
+        load_lora_state(self.policy.transformer, lora)
+        self.optimizer.load_state_dict(optimizer)
+        ema = float(state.get("clip_ema", -1.0))
+        self.spread.ema = None if ema < 0 else ema
+        if "torch_rng" in state:
+            torch.set_rng_state(state["torch_rng"])
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> tuple[dict[str, float], torch.Tensor]:
+        self.policy.eval()
+        metrics, images = evaluate(self.policy, self.eval_pairs, self.eval_sigmas, self.reward,
+                                   self.config.max_batch)
+        metrics["drift"] = drift_loss(self.policy, self._renders, [p.prompt for p in self.eval_pairs],
+                                      max_batch=self.config.max_batch)
+        return metrics, images
+
+    # ------------------------------------------------------------------ one iteration
+    def window(self, iteration: int) -> int | None:
+        if isinstance(self.strategy, DanceGRPOConfig):
+            return None
+        w = self.config.window
+        top = self.strategy.max_window_start
+        start = self.strategy.window_start if w.start is None else w.start
+        return window_start(iteration, w.schedule, start, top, w.every, w.stride, w.roll_back,
+                            self.config.seed)
+
+    def step(self, iteration: int) -> dict[str, Any]:
+        """Rollout, reward and ``updates_per_iteration`` optimizer updates; returns the metrics."""
+        c = self.config
+        start = time.perf_counter()
+        prompts = self.prompts.prompts(iteration, c.data.prompts_per_iteration)
+        seeds = iteration_seeds(c.seed, iteration, len(prompts))
+        start_step = self.window(iteration)
+        plan = build_plan(self.strategy, self.sigmas, start_step, seed=c.seed * 1_000_003 + iteration,
+                          log_prob_reduction=c.sampling.log_prob)
+        self.policy.eval()
+        cond = self.policy.encode(prompts)
+        tree = rollout(self.policy.velocity, cond, plan, seeds, self.policy.latent_shape,
+                       max_batch=c.max_batch)
+        leaf_prompts = [prompts[int(p)] for p in tree.node_prompt[tree.leaf_node]]
+        scores = self.reward(self.policy.decode(tree.leaf_latents), leaf_prompts)
+        rewards = scores["reward"].float().cpu()
+
+        loss_cfg = replace(c.loss, clip=replace(c.loss.clip, scale=self.spread.scale(c)))
+        targets = prepare_targets(tree, rewards, loss_cfg)
+        order = targets.train_forwards[torch.randperm(
+            targets.train_forwards.numel(), generator=torch.Generator().manual_seed(
+                c.seed * 7919 + iteration))]
+        updates = min(c.optim.updates_per_iteration, max(1, order.numel()))
+        totals = {"loss": 0.0, "grpo_loss": 0.0, "prm_loss": 0.0, "kl": 0.0}
+        clipped, edges, dev_max, grad_norms, skipped, nfe_train = 0.0, 0, 0.0, [], 0, 0
+        for k, chunk in enumerate(torch.tensor_split(order, updates)):
+            if k > 0:  # ratios have moved: re-centre the clip bounds on their measured spread
+                loss_cfg = replace(c.loss, clip=replace(c.loss.clip, scale=self.spread.scale(c)))
+                low, high = _bounds(targets.edge_advantage, loss_cfg)
+                targets.edge_low, targets.edge_high = low, high
+            self.policy.train()
+            self.optimizer.zero_grad(set_to_none=True)
+            stats = backward_over_tree(self.policy.velocity, cond, tree, targets, loss_cfg,
+                                       c.max_batch, forwards=chunk.sort().values, scale=updates)
+            norm = torch.nn.utils.clip_grad_norm_(self.params, c.optim.grad_clip)
+            if torch.isfinite(norm) and math.isfinite(stats.loss):
+                self.optimizer.step()
+            else:
+                skipped += 1
+            self.optimizer.zero_grad(set_to_none=True)
+            if k > 0:
+                self.spread.update(c, stats.ratios)
+            for key in totals:
+                totals[key] += getattr(stats, key)
+            clipped += stats.clip_frac * stats.train_edges
+            edges += stats.train_edges
+            dev_max = max(dev_max, stats.ratio_dev_max)
+            grad_norms.append(float(norm))
+            nfe_train += stats.train_nfe
+        return {
+            "iteration": iteration + 1, "strategy": c.strategy, "window_start": plan.window_start,
+            "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std(unbiased=False)),
+            "reward_max": float(rewards.max()),
+            "exact_mean": float(scores.get("exact", rewards).float().mean()),
+            **totals, "clip_frac": clipped / max(1, edges), "clip_scale": loss_cfg.clip.scale,
+            "ratio_dev_max": dev_max, "grad_norm": float(np.mean(grad_norms)),
+            "skipped_updates": skipped, "nfe_rollout": tree.nfe, "nfe_train": nfe_train,
+            "scored_images": int(tree.leaf_node.numel()), "iteration_s": time.perf_counter() - start,
+        }
+
+    def export(self, folder: Path) -> dict[str, Path]:
+        return save_lora_files(folder, self.policy.transformer)
+
+
+def _bounds(adv: torch.Tensor, loss_cfg) -> tuple[torch.Tensor, torch.Tensor]:
+    from .losses import clip_bounds
+
+    return clip_bounds(adv, loss_cfg.clip)
+
+
+def save_resolved_config(config: TrainConfig, run_dir: Path) -> None:
+    save_config(config, run_dir / "config.yaml")
+
+
+def checkpoint(trainer: Trainer, run_dir: Path, iteration: int, wall_s: float) -> None:
+    save_checkpoint(run_dir / "checkpoints", iteration, lora_state_dict(trainer.policy.transformer),
+                    trainer.optimizer.state_dict(), {**trainer.state(), "wall_s": wall_s})
+
+
+def resume_point(trainer: Trainer, run_dir: Path) -> tuple[int, float]:
+    """Restore the newest checkpoint; returns ``(iterations done, wall seconds so far)``."""
+    ckpt = load_latest(run_dir / "checkpoints")
+    if ckpt is None:
+        return 0, 0.0
+    trainer.restore(ckpt.lora, ckpt.optimizer, ckpt.state)
+    return ckpt.iteration, float(ckpt.state.get("wall_s", 0.0))

@@ -1,0 +1,118 @@
+"""LoRA on a diffusers transformer (peft): attach, read, load, and export in the formats users load.
+
+Exports:
+- ComfyUI: keys ``transformer.<module>.lora_A.weight`` / ``lora_B.weight`` plus an ``.alpha``
+  tensor per module. ComfyUI ignores safetensors metadata and scales by ``alpha / rank`` only when
+  an ``.alpha`` tensor is present, so the tensor is what keeps the strength right.
+- diffusers: ``pytorch_lora_weights.safetensors`` written by diffusers itself, with the adapter
+  config in its metadata (load with ``pipe.load_lora_weights`` or :func:`load_diffusers_lora`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from .atomic import atomic_save_safetensors
+
+COMFYUI_FILE = "comfyui_lora.safetensors"
+DIFFUSERS_FILE = "pytorch_lora_weights.safetensors"
+
+
+def attach_lora(transformer: nn.Module, rank: int, alpha: float, targets: Sequence[str],
+                seed: int = 0) -> None:
+    """Freeze ``transformer`` and add a trainable LoRA (B = 0: the model is unchanged)."""
+    from peft import LoraConfig
+
+    transformer.requires_grad_(False)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets),
+                                           init_lora_weights=True))
+    if not any(p.requires_grad for p in transformer.parameters()):
+        raise ValueError(f"LoRA targets {list(targets)} matched no module of the transformer")
+
+
+def lora_state_dict(transformer: nn.Module) -> dict[str, Tensor]:
+    """The adapter's weights, keyed ``<module>.lora_A.weight`` / ``lora_B.weight`` (cloned)."""
+    from peft import get_peft_model_state_dict
+
+    return {k: v.detach().clone().contiguous() for k, v in get_peft_model_state_dict(transformer).items()}
+
+
+def load_lora_state(transformer: nn.Module, state: Mapping[str, Tensor]) -> None:
+    """Load adapter weights saved by :func:`lora_state_dict`; a mismatch is an error."""
+    from peft import set_peft_model_state_dict
+
+    own = lora_state_dict(transformer)
+    unknown = sorted(set(state) - set(own))
+    missing = sorted(set(own) - set(state))
+    if unknown or missing:
+        key = (unknown or missing)[0]
+        kind = "unexpected" if unknown else "missing"
+        raise ValueError(f"LoRA does not fit this model: {kind} key {key!r}")
+    for key, value in state.items():
+        if tuple(value.shape) != tuple(own[key].shape):
+            raise ValueError(f"LoRA does not fit this model: {key!r} has shape {tuple(value.shape)}, "
+                             f"expected {tuple(own[key].shape)}")
+    set_peft_model_state_dict(transformer, dict(state))
+
+
+def lora_scale(transformer: nn.Module) -> tuple[int, float]:
+    """``(rank, alpha)`` of the attached default adapter."""
+    config = next(iter(transformer.peft_config.values()))
+    return int(config.r), float(config.lora_alpha)
+
+
+def comfyui_state(state: Mapping[str, Tensor], alpha: float) -> dict[str, Tensor]:
+    """ComfyUI keys: ``transformer.`` prefix and one ``.alpha`` tensor per module."""
+    out: dict[str, Tensor] = {}
+    for key, value in state.items():
+        out[f"transformer.{key}"] = value
+        module = key.rsplit(".lora_", 1)[0]
+        out[f"transformer.{module}.alpha"] = torch.tensor(float(alpha))
+    return out
+
+
+def save_lora_files(folder: str | os.PathLike[str], transformer: nn.Module) -> dict[str, Path]:
+    """Write the ComfyUI and diffusers files of the transformer's adapter, each atomically."""
+    from diffusers import FluxPipeline
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = lora_state_dict(transformer)
+    rank, alpha = lora_scale(transformer)
+    comfy = folder / COMFYUI_FILE
+    atomic_save_safetensors(comfyui_state(state, alpha), comfy,
+                            metadata={"format": "pt", "lora_rank": str(rank), "lora_alpha": str(alpha)})
+    metadata = next(iter(transformer.peft_config.values())).to_dict()
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        FluxPipeline.save_lora_weights(tmp, transformer_lora_layers=state,
+                                       transformer_lora_adapter_metadata=_plain(metadata))
+        os.replace(Path(tmp) / DIFFUSERS_FILE, folder / DIFFUSERS_FILE)
+    return {"comfyui": comfy, "diffusers": folder / DIFFUSERS_FILE}
+
+
+def _plain(value):
+    """peft configs hold sets; diffusers' metadata writer wants JSON-able values."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset, tuple)):
+        return sorted(value) if isinstance(value, (set, frozenset)) else list(value)
+    return value
+
+
+def load_diffusers_lora(transformer: nn.Module, path: str | os.PathLike[str]) -> None:
+    """Load a diffusers-format LoRA file into ``transformer`` with its saved rank and alpha."""
+    from diffusers import FluxPipeline
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"LoRA file not found: {path}")
+    state, metadata = FluxPipeline.lora_state_dict(str(path), return_lora_metadata=True)
+    transformer.load_lora_adapter(state, prefix="transformer", metadata=metadata)

@@ -1,0 +1,1 @@
+"""Implementations of the :class:`trainer.policy.Policy` protocol."""

@@ -1,0 +1,1 @@
+"""Reward functions used to score generated images during RL fine-tuning."""

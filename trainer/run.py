@@ -1,0 +1,119 @@
+"""A training run on disk: run folder, metrics, TensorBoard, samples, plots, checkpoints, exports.
+
+``run_training`` is what ``treerpo train`` calls. A run folder is never overwritten: starting a
+run where one exists needs ``--resume``, which continues from the newest checkpoint (and on an
+already finished run only re-writes the final artefacts).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from .atomic import atomic_write_text
+from .config_io import ConfigError, load_config
+from .logs import MetricsCsv, TensorBoardLogger, make_progress, plot_curves, read_csv, save_image_grid
+from .loop import COLUMNS, SAMPLE_PAIRS, Trainer, checkpoint, resume_point, save_resolved_config
+from .train_config import TrainConfig
+
+SUMMARY_KEYS = ("eval_reward", "eval_exact", "drift")
+
+
+def resolve_config(config_path: str | None, overrides: list[str], run_dir: Path,
+                   resume: bool) -> TrainConfig:
+    """On resume the run folder's saved config wins (``--set`` may still extend ``iterations``)."""
+    saved = run_dir / "config.yaml"
+    if resume and saved.is_file():
+        return load_config(TrainConfig, saved, overrides)
+    return load_config(TrainConfig, config_path, overrides)
+
+
+def _eval_row(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: metrics[k] for k in ("eval_reward", "eval_exact", "drift") if k in metrics}
+
+
+def _numeric(row: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in row.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+
+
+def run_training(config: TrainConfig, run_dir: str | Path, resume: bool = False,
+                 progress: bool = True) -> dict[str, Any]:
+    """Train per ``config`` into ``run_dir``; returns the summary (also ``summary.json``)."""
+    run_dir = Path(run_dir)
+    metrics_path = run_dir / "metrics.csv"
+    if metrics_path.exists() and not resume:
+        raise ConfigError(f"run folder {run_dir} already holds a run; add --resume to continue it "
+                          "or choose another --out")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(config)
+    done, wall = resume_point(trainer, run_dir) if resume else (0, 0.0)
+    save_resolved_config(config, run_dir)
+    metrics = MetricsCsv(metrics_path, COLUMNS)
+    if done == 0:
+        metrics.truncate_after(-1)
+        base, images = trainer.evaluate()
+        metrics.append({"iteration": 0, "strategy": config.strategy, **_eval_row(base), "wall_s": 0.0})
+        save_image_grid(images[:SAMPLE_PAIRS], run_dir / "samples" / "before.png", nrow=4,
+                        captions=[p.prompt for p in trainer.eval_pairs[:SAMPLE_PAIRS]])
+    else:
+        metrics.truncate_after(done)
+    with TensorBoardLogger(run_dir / "tensorboard") as board:
+        bar = make_progress(config.iterations, initial=min(done, config.iterations),
+                            desc=config.strategy, disable=not progress)
+        final_images = None
+        for it in range(done, config.iterations):
+            row = trainer.step(it)
+            wall += row["iteration_s"]
+            row["wall_s"] = wall
+            last = it + 1 == config.iterations
+            if (it + 1) % config.data.eval_every == 0 or last:
+                scores, final_images = trainer.evaluate()
+                row.update(_eval_row(scores))
+            metrics.append(row)
+            board.log(it + 1, _numeric(row))
+            if (it + 1) % config.checkpoint_every == 0 or last:
+                checkpoint(trainer, run_dir, it + 1, wall)
+            bar.update(1)
+            bar.set_postfix(reward=f"{row['reward_mean']:.3f}",
+                            eval=f"{row.get('eval_reward', float('nan')):.3f}",
+                            s_it=f"{row['iteration_s']:.2f}")
+        bar.close()
+    if final_images is None:
+        scores, final_images = trainer.evaluate()
+    save_image_grid(final_images[:SAMPLE_PAIRS], run_dir / "samples" / "after.png", nrow=4,
+                    captions=[p.prompt for p in trainer.eval_pairs[:SAMPLE_PAIRS]])
+    rows = read_csv(metrics_path)
+    plot_curves(rows, run_dir / "plots" / "reward.png",
+                ys=(("reward_mean", "eval_reward"), "eval_exact", ("loss", "grpo_loss", "prm_loss"),
+                    "clip_frac"), title=f"{config.strategy} on the embedded default")
+    files = trainer.export(run_dir / "lora")
+    summary = _summary(rows, config, files)
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _summary(rows: list[dict[str, str]], config: TrainConfig, files: dict[str, Path]) -> dict[str, Any]:
+    evals = [r for r in rows if r.get("eval_reward")]
+    base, final = evals[0], evals[-1]
+    out: dict[str, Any] = {"strategy": config.strategy, "iterations": int(final["iteration"]),
+                           "eval_pairs": config.data.eval_pairs,
+                           "wall_s": float(rows[-1]["wall_s"] or 0.0),
+                           "lora": {k: str(v.name) for k, v in files.items()}}
+    for key in SUMMARY_KEYS:
+        if base.get(key) and final.get(key):
+            b, f = float(base[key]), float(final[key])
+            out[key] = {"base": b, "final": f, "delta": f - b}
+    return out
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    lines = [f"{summary['strategy']}: {summary['iterations']} iterations, "
+             f"{summary['wall_s']:.0f} s of training, {summary['eval_pairs']} held-out prompt/seed pairs"]
+    for key in SUMMARY_KEYS:
+        if key in summary:
+            v = summary[key]
+            lines.append(f"  {key:<12} base {v['base']:.4f} -> final {v['final']:.4f} ({v['delta']:+.4f})")
+    return "\n".join(lines)

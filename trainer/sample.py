@@ -1,0 +1,55 @@
+"""``treerpo sample``: render prompts with the embedded model, optionally with a LoRA."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from .evaluate import generate
+from .flow import make_sigmas
+from .logs import save_image_grid
+from .lora import attach_lora, load_diffusers_lora, load_lora_state
+from .models.embedded import EmbeddedPolicy
+
+
+def load_lora_file(transformer: torch.nn.Module, path: str | Path) -> None:
+    """Apply a LoRA file exported by this project, in ComfyUI (``.alpha``) or diffusers format."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"LoRA file not found: {path}")
+    try:
+        state = load_file(path)
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"{path} is not a readable safetensors LoRA ({err})") from None
+    if not any(k.endswith(".alpha") for k in state):
+        load_diffusers_lora(transformer, path)
+        return
+    alphas = {k[: -len(".alpha")]: float(v) for k, v in state.items() if k.endswith(".alpha")}
+    weights = {k.removeprefix("transformer."): v for k, v in state.items() if not k.endswith(".alpha")}
+    modules = sorted({k.rsplit(".lora_", 1)[0] for k in weights})
+    if not modules:
+        raise ValueError(f"{path} holds no LoRA weights")
+    rank = int(weights[f"{modules[0]}.lora_A.weight"].shape[0])
+    alpha = next(iter(alphas.values()))
+    attach_lora(transformer, rank, alpha, modules)
+    load_lora_state(transformer, weights)
+
+
+@torch.no_grad()
+def sample_grid(prompts: Sequence[str], seeds: Sequence[int], out: str | Path,
+                lora: str | Path | None = None, model: str | Path | None = None, steps: int = 10,
+                shift: float = 3.0) -> torch.Tensor:
+    """Images for every prompt x seed, written as one grid (rows: prompts); returns them."""
+    policy = EmbeddedPolicy.from_pretrained(model)
+    if lora is not None:
+        load_lora_file(policy.transformer, lora)
+    policy.eval()
+    pairs = [(p, s) for p in prompts for s in seeds]
+    sigmas = make_sigmas("shift", steps, shift)
+    images = generate(policy, [p for p, _ in pairs], [s for _, s in pairs], sigmas)
+    save_image_grid(images, out, nrow=len(seeds), captions=[p for p, _ in pairs])
+    return images

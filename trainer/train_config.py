@@ -1,0 +1,163 @@
+"""The headless trainer's typed configuration (YAML sections map onto these dataclasses).
+
+Every [choice] of ALGORITHM.md is an option here or in the core configs it nests
+(``TreeConfig``, ``MixGRPOConfig``, ``DanceGRPOConfig``, ``LossConfig``), with its default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .objective import LossConfig
+from .strategies import DanceGRPOConfig, MixGRPOConfig, StrategyConfig, TreeConfig
+
+Strategy = Literal["dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which model to fine-tune. ``path`` None means the embedded default shipped in the package."""
+
+    kind: Literal["embedded"] = "embedded"
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA on the transformer (peft). ``alpha / rank`` is the strength written into exports."""
+
+    rank: int = 16
+    alpha: float = 16.0
+    targets: tuple[str, ...] = (
+        "to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out",
+        "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj", "ff_context.net.2", "proj_mlp",
+    )
+
+    def __post_init__(self) -> None:
+        if self.rank < 1:
+            raise ValueError(f"rank must be >= 1, got {self.rank}")
+        if not self.targets:
+            raise ValueError("targets must name at least one module")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with gradient clipping; ``updates_per_iteration`` optimizer steps per rollout.
+
+    With more than one update, later updates see ratios away from 1, which is when clipping acts.
+    """
+
+    lr: float = 3e-4
+    weight_decay: float = 1e-4
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = 1.0
+    updates_per_iteration: int = 2
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.updates_per_iteration < 1:
+            raise ValueError("updates_per_iteration must be >= 1")
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Sigma schedule of rollouts and evaluation; ``log_prob`` reduces the step log-density over
+    latent elements (``mean``, as the anchors) or sums it."""
+
+    schedule: Literal["linear", "shift", "flux"] = "shift"
+    shift: float = 3.0
+    eval_steps: int = 10
+    log_prob: Literal["mean", "sum"] = "mean"
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    """Where the SDE window / tree starts each iteration (MixGRPO's sliding window).
+
+    ``start`` None means the strategy's own ``window_start``."""
+
+    schedule: Literal["progressive", "random", "fixed"] = "progressive"
+    start: int | None = None
+    every: int = 25
+    stride: int = 1
+    roll_back: bool = True
+
+
+@dataclass(frozen=True)
+class ClipSpreadConfig:
+    """Make clipping bind: scale the clip bounds so ``eps_high`` sits at a quantile of the
+    measured ``|r - 1|`` of recent updates (an exponential moving average). Off: bounds as set."""
+
+    enabled: bool = True
+    quantile: float = 0.9
+    momentum: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.quantile <= 1.0:
+            raise ValueError(f"quantile must be in (0, 1], got {self.quantile}")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Training prompts (``scenes``: generated; or a text file, one prompt per line) and the
+    held-out evaluation set of prompt/seed pairs (never used for training)."""
+
+    prompts: str = "scenes"
+    prompts_per_iteration: int = 4
+    eval_pairs: int = 128
+    eval_seed: int = 12345
+    eval_every: int = 25
+
+    def __post_init__(self) -> None:
+        if self.prompts_per_iteration < 1 or self.eval_pairs < 1 or self.eval_every < 1:
+            raise ValueError("prompts_per_iteration, eval_pairs and eval_every must be >= 1")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A training run. ``iterations`` and ``checkpoint_every`` are top-level on purpose
+    (``--set iterations=2`` makes a short run)."""
+
+    iterations: int = 200
+    checkpoint_every: int = 25
+    seed: int = 0
+    threads: int = 2
+    max_batch: int = 64
+    reward: str = "scene"
+    strategy: Strategy = "dynamic_treerpo"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    window: WindowConfig = field(default_factory=WindowConfig)
+    tree: TreeConfig = field(default_factory=lambda: TreeConfig(steps=10, window_start=0, depth=3,
+                                                                 branching=2, trees_per_prompt=2))
+    mixgrpo: MixGRPOConfig = field(default_factory=lambda: MixGRPOConfig(steps=10, window_size=3,
+                                                                        group_size=16))
+    dancegrpo: DanceGRPOConfig = field(default_factory=lambda: DanceGRPOConfig(steps=10, group_size=16))
+    loss: LossConfig = field(default_factory=LossConfig)
+    clip_spread: ClipSpreadConfig = field(default_factory=ClipSpreadConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+    def __post_init__(self) -> None:
+        if self.iterations < 0:
+            raise ValueError(f"iterations must be >= 0, got {self.iterations}")
+        if self.checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+
+    @property
+    def strategy_config(self) -> StrategyConfig:
+        """The nested config of the selected strategy."""
+        if self.strategy == "dynamic_treerpo":
+            return self.tree
+        if self.strategy == "dancegrpo":
+            return self.dancegrpo
+        from dataclasses import replace
+
+        return replace(self.mixgrpo, flash=self.strategy == "mixgrpo_flash")

@@ -1,11 +1,11 @@
-# The two set-up commands of the README: `make test` (tests) and, later, the main training job.
+# The two set-up commands of the README: `make demo` (the main job) and `make test` (the tests).
 # Each creates .venv with a pinned torch (+ torchvision, which ComfyUI needs) when it is missing.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: venv test lint
+.PHONY: venv test lint demo
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml requirements.txt
@@ -18,6 +18,9 @@ $(VENV)/.installed: pyproject.toml requirements.txt
 test: venv
 	$(PY) -m ruff check .
 	$(PY) -m pytest
+
+demo: venv
+	$(PY) -m trainer train configs/default.yaml --out runs/demo --resume
 
 lint: venv
 	$(PY) -m ruff check .

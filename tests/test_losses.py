@@ -151,3 +151,29 @@ def test_kl_term_needs_a_reference_and_is_zero_against_itself(tiny_model) -> Non
     parts = microbatch_loss(tiny_model, cond, tree, targets, targets.train_forwards, config,
                             reference=tiny_model)
     assert parts.kl.item() == 0.0
+
+
+def test_prm_logprob_scale_is_the_gaussian_nll_of_the_target(tiny_model) -> None:
+    """In log-prob units, the LayerTuning term is the element-averaged Gaussian NLL of the target
+    transition (up to its constant): ``(D dv)^2 / (2 std^2)``."""
+    from trainer.flow import Gaussian, gaussian_log_prob, sde_transition
+    from trainer.losses import x0_target
+
+    tree, cond, targets, config = _setup(tiny_model, prm_lambda=1.0, prm_scale="logprob")
+    targets.edge_weight.zero_()
+    ids = (targets.fwd_prm_weight > 0).nonzero().flatten()
+    x, sigma, nxt = tree.fwd_x[ids], tree.fwd_sigma[ids], tree.fwd_sigma_next[ids]
+    with torch.no_grad():
+        v = tiny_model(x, sigma, tree.fwd_prompt[ids])
+        goal = x0_target(x, targets.best_x0[tree.fwd_prompt[ids]], sigma)
+        here = sde_transition("flow_grpo", x, v, sigma, nxt, tree.fwd_noise_level[ids])
+        there = sde_transition("flow_grpo", x, goal, sigma, nxt, tree.fwd_noise_level[ids])
+        # NLL of the target mean under the model's step, minus its value at the model's own mean
+        nll = -(gaussian_log_prob(there.mean, Gaussian(here.mean, here.std))
+                - gaussian_log_prob(here.mean, Gaussian(here.mean, here.std)))
+    expected = float((nll * targets.fwd_prm_weight[ids]).sum())
+    parts = microbatch_loss(tiny_model, cond, tree, targets, ids, config)
+    assert parts.prm.item() == pytest.approx(expected, rel=1e-4)
+    velocity = microbatch_loss(tiny_model, cond, tree, targets, ids,
+                               LossConfig(prm_lambda=1.0, prm_scale="velocity"))
+    assert velocity.prm.item() > 10 * parts.prm.item()

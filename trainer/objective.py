@@ -39,6 +39,10 @@ from .tree import Tree, VelocityFn
 
 PrmTarget = Literal["x0", "path"]
 PrmScale = Literal["logprob", "velocity"]
+"""``logprob``: the LayerTuning term in the GRPO term's units, the element-averaged Gaussian
+negative log-likelihood (a KL between equal-std Gaussians) of the step the target velocity would
+take under the step the model takes. Without it the velocity MSE's gradient is hundreds of times
+the policy gradient's and, with Adam, drowns it. ``velocity``: the raw MSE of ALGORITHM.md."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ class LossConfig:
     node_value: NodeValue = "max"
     adv_clip: float = 5.0
     clip: ClipConfig = field(default_factory=ClipConfig)
-    prm_lambda: float = 0.1
+    prm_lambda: float = 0.01
     prm_target: PrmTarget = "x0"
     prm_eta: float = 1.0
     prm_scale: PrmScale = "logprob"
@@ -194,10 +198,14 @@ def microbatch_loss(velocity: VelocityFn, cond: Cond, tree: Tree, targets: Train
             child_x[has.to(dev)] = tree.edge_x_child[child_edge[has]]
             delta = sigma - tree.fwd_sigma_next[forwards].to(dev)
             target = path_target(x, child_x, delta)
-        mse = velocity_mse(v, target)
         if config.prm_scale == "logprob":
-            mse = mse * prm_logprob_factor(sigma - tree.fwd_sigma_next[forwards].to(dev), dist.std)
-        prm = (mse * weights).sum()
+            # the step the target velocity would take, as a Gaussian NLL of the model's step
+            aim = sde_transition(tree.plan.sde_kind, x, target, sigma, tree.fwd_sigma_next[forwards],
+                                 tree.fwd_noise_level[forwards]).mean.detach()
+            per_node = gaussian_kl_same_std(dist.mean, aim, dist.std)
+        else:
+            per_node = velocity_mse(v, target)
+        prm = (per_node * weights).sum()
 
     kl = torch.zeros((), device=dev)
     if config.kl_beta > 0.0:
@@ -213,17 +221,6 @@ def microbatch_loss(velocity: VelocityFn, cond: Cond, tree: Tree, targets: Train
     total = grpo + config.prm_lambda * prm + config.kl_beta * kl
     return LossParts(total, grpo.detach(), prm.detach(), kl.detach(), parts.ratio.detach(),
                      parts.clipped)
-
-
-def prm_logprob_factor(delta: Tensor, std: Tensor) -> Tensor:
-    """``D^2 / (2 std^2)``: turns a velocity MSE into the element-averaged Gaussian negative
-    log-likelihood of the target transition, the units of the GRPO term.
-
-    A velocity error ``dv`` moves the step's mean by ``D dv``; under ``N(mean, std^2)`` that costs
-    ``(D dv)^2 / (2 std^2)``. Without this factor the LayerTuning gradient is hundreds of times
-    larger than the policy gradient at ``lambda = 0.1`` and, with Adam, drowns it.
-    """
-    return delta.float() ** 2 / (2.0 * std.float() ** 2)
 
 
 def forward_batches(tree: Tree, forwards: Tensor, max_batch: int | None) -> list[Tensor]:

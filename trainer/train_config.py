@@ -48,7 +48,7 @@ class OptimConfig:
     With more than one update, later updates see ratios away from 1, which is when clipping acts.
     """
 
-    lr: float = 3e-4
+    lr: float = 1e-3
     weight_decay: float = 1e-4
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = 1.0
@@ -122,7 +122,7 @@ class TrainConfig:
     """A training run. ``iterations`` and ``checkpoint_every`` are top-level on purpose
     (``--set iterations=2`` makes a short run)."""
 
-    iterations: int = 200
+    iterations: int = 150
     checkpoint_every: int = 25
     seed: int = 0
     threads: int = 2

@@ -130,3 +130,13 @@ def test_cli_bad_key_is_one_line(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         "treerpo train: error: unknown key 'tree.dept' (did you mean 'tree.depth'?)"]
+
+
+def test_kl_to_the_base_model_is_logged_when_enabled(tmp_path: Path) -> None:
+    run_training(_config("iterations=2", "loss.kl_beta=0.1", "optim.lr=0.01",
+                         "optim.updates_per_iteration=1"), tmp_path / "kl",
+                 progress=False)
+    with open(tmp_path / "kl" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[1]["kl"]) == 0.0  # the LoRA starts at zero: the model is its reference
+    assert float(rows[2]["kl"]) > 0.0  # after an update the two differ

@@ -111,6 +111,14 @@ class Trainer:
         if "torch_rng" in state:
             torch.set_rng_state(state["torch_rng"])
 
+    def reference_velocity(self, x: torch.Tensor, sigma: torch.Tensor, cond: Any) -> torch.Tensor:
+        """The base model (LoRA disabled): the reference of the optional KL term."""
+        self.policy.transformer.disable_adapters()
+        try:
+            return self.policy.velocity(x, sigma, cond)
+        finally:
+            self.policy.transformer.enable_adapters()
+
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> tuple[dict[str, float], torch.Tensor]:
         self.policy.eval()
@@ -162,8 +170,10 @@ class Trainer:
                 targets.edge_low, targets.edge_high = low, high
             self.policy.train()
             self.optimizer.zero_grad(set_to_none=True)
+            reference = self.reference_velocity if c.loss.kl_beta > 0 else None
             stats = backward_over_tree(self.policy.velocity, cond, tree, targets, loss_cfg,
-                                       c.max_batch, forwards=chunk.sort().values, scale=updates)
+                                       c.max_batch, reference=reference, forwards=chunk.sort().values,
+                                       scale=updates)
             norm = torch.nn.utils.clip_grad_norm_(self.params, c.optim.grad_clip)
             if torch.isfinite(norm) and math.isfinite(stats.loss):
                 self.optimizer.step()

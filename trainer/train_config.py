@@ -48,7 +48,7 @@ class OptimConfig:
     With more than one update, later updates see ratios away from 1, which is when clipping acts.
     """
 
-    lr: float = 1e-3
+    lr: float = 3e-4
     weight_decay: float = 1e-4
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = 1.0
@@ -80,7 +80,7 @@ class WindowConfig:
 
     schedule: Literal["progressive", "random", "fixed"] = "progressive"
     start: int | None = None
-    every: int = 25
+    every: int = 50
     stride: int = 1
     roll_back: bool = True
 

@@ -21,7 +21,7 @@ from .config_io import save_config
 from .evaluate import PromptSource, clean_renders, drift_loss, evaluate, held_out_pairs
 from .flow import make_sigmas
 from .lora import attach_lora, load_lora_state, lora_state_dict, save_lora_files
-from .losses import ratio_spread
+from .losses import clip_bounds, ratio_spread
 from .models.embedded import EmbeddedPolicy
 from .objective import backward_over_tree, prepare_targets
 from .rewards.registry import get_reward
@@ -166,7 +166,7 @@ class Trainer:
         for k, chunk in enumerate(torch.tensor_split(order, updates)):
             if k > 0:  # ratios have moved: re-centre the clip bounds on their measured spread
                 loss_cfg = replace(c.loss, clip=replace(c.loss.clip, scale=self.spread.scale(c)))
-                low, high = _bounds(targets.edge_advantage, loss_cfg)
+                low, high = clip_bounds(targets.edge_advantage, loss_cfg.clip)
                 targets.edge_low, targets.edge_high = low, high
             self.policy.train()
             self.optimizer.zero_grad(set_to_none=True)
@@ -202,12 +202,6 @@ class Trainer:
 
     def export(self, folder: Path) -> dict[str, Path]:
         return save_lora_files(folder, self.policy.transformer)
-
-
-def _bounds(adv: torch.Tensor, loss_cfg) -> tuple[torch.Tensor, torch.Tensor]:
-    from .losses import clip_bounds
-
-    return clip_bounds(adv, loss_cfg.clip)
 
 
 def save_resolved_config(config: TrainConfig, run_dir: Path) -> None:

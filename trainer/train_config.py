@@ -6,7 +6,7 @@ Every [choice] of ALGORITHM.md is an option here or in the core configs it nests
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .objective import LossConfig
@@ -158,6 +158,4 @@ class TrainConfig:
             return self.tree
         if self.strategy == "dancegrpo":
             return self.dancegrpo
-        from dataclasses import replace
-
         return replace(self.mixgrpo, flash=self.strategy == "mixgrpo_flash")

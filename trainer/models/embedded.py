@@ -76,6 +76,13 @@ def check_weights_dir(path: Path) -> None:
                 "trainer/embedded/weights; rebuild with `python -m trainer.embedded.pretrain`)")
 
 
+def _drop_source_path(config: Path) -> None:
+    """Remove ``_name_or_path`` (where the weights were loaded from) from a saved config."""
+    data = json.loads(config.read_text())
+    if data.pop("_name_or_path", None) is not None:
+        config.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
 class EmbeddedPolicy(nn.Module):
     """Transformer + text encoder + tokenizer of the embedded default, as a Policy."""
 
@@ -128,6 +135,8 @@ class EmbeddedPolicy(nn.Module):
         self.text_encoder.save_pretrained(root / "text_encoder", safe_serialization=True)
         self.tokenizer.save_pretrained(root / "tokenizer")
         (root / "embedded.json").write_text(json.dumps(self.spec, indent=2) + "\n")
+        for config in (root / "transformer" / "config.json", root / "text_encoder" / "config.json"):
+            _drop_source_path(config)
 
     # ------------------------------------------------------------------ Policy
     @property

@@ -23,7 +23,7 @@ from .flow import make_sigmas
 from .lora import attach_lora, load_lora_state, lora_state_dict, save_lora_files
 from .losses import clip_bounds, ratio_spread
 from .models.embedded import EmbeddedPolicy
-from .objective import backward_over_tree, prepare_targets
+from .objective import LossConfig, backward_over_tree, prepare_targets
 from .rewards.registry import get_reward
 from .strategies import DanceGRPOConfig, build_plan, window_start
 from .train_config import TrainConfig
@@ -138,6 +138,11 @@ class Trainer:
         return window_start(iteration, w.schedule, start, top, w.every, w.stride, w.roll_back,
                             self.config.seed)
 
+    def loss_config(self) -> LossConfig:
+        """The configured loss with clip bounds rescaled to the current ratio spread."""
+        c = self.config
+        return replace(c.loss, clip=replace(c.loss.clip, scale=self.spread.scale(c)))
+
     def step(self, iteration: int) -> dict[str, Any]:
         """Rollout, reward and ``updates_per_iteration`` optimizer updates; returns the metrics."""
         c = self.config
@@ -155,7 +160,7 @@ class Trainer:
         scores = self.reward(self.policy.decode(tree.leaf_latents), leaf_prompts)
         rewards = scores["reward"].float().cpu()
 
-        loss_cfg = replace(c.loss, clip=replace(c.loss.clip, scale=self.spread.scale(c)))
+        loss_cfg = self.loss_config()
         targets = prepare_targets(tree, rewards, loss_cfg)
         order = targets.train_forwards[torch.randperm(
             targets.train_forwards.numel(), generator=torch.Generator().manual_seed(
@@ -165,7 +170,7 @@ class Trainer:
         clipped, edges, dev_max, grad_norms, skipped, nfe_train = 0.0, 0, 0.0, [], 0, 0
         for k, chunk in enumerate(torch.tensor_split(order, updates)):
             if k > 0:  # ratios have moved: re-centre the clip bounds on their measured spread
-                loss_cfg = replace(c.loss, clip=replace(c.loss.clip, scale=self.spread.scale(c)))
+                loss_cfg = self.loss_config()
                 low, high = clip_bounds(targets.edge_advantage, loss_cfg.clip)
                 targets.edge_low, targets.edge_high = low, high
             self.policy.train()

@@ -31,7 +31,7 @@ def resolve_config(config_path: str | None, overrides: list[str], run_dir: Path,
 
 
 def _eval_row(metrics: dict[str, float]) -> dict[str, float]:
-    return {k: metrics[k] for k in ("eval_reward", "eval_exact", "drift") if k in metrics}
+    return {k: metrics[k] for k in SUMMARY_KEYS if k in metrics}
 
 
 def _numeric(row: dict[str, Any]) -> dict[str, float]:

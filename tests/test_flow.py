@@ -16,6 +16,7 @@ from trainer.flow import (
     make_sigmas,
     ode_step,
     predicted_x0,
+    score_scale,
     sde_noise_scale,
     sde_step,
     sde_transition,
@@ -136,3 +137,20 @@ def test_gaussian_dataclass_std_per_sample() -> None:
     dist = Gaussian(torch.zeros(2, 3), torch.tensor([1.0, 2.0]))
     lp = gaussian_log_prob(torch.zeros(2, 3), dist)
     assert lp[0] > lp[1]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_score_scale_is_the_mean_derivative_over_std(kind: str) -> None:
+    """``score_scale`` equals ``|d mean / d v| / std`` by autograd, and is small near ``s = 1``:
+    the reason ``step_scale: score`` exists."""
+    sigmas = make_sigmas("shift", 10)
+    s, nxt = sigmas[:-1], sigmas[1:]
+    a = torch.full_like(s, 0.6)
+    got = score_scale(kind, s, nxt, a)
+    for i in range(s.numel() - 1):  # the last step of cps has std 0
+        v = torch.zeros(1, 1, requires_grad=True)
+        dist = sde_transition(kind, torch.full((1, 1), 0.3), v, s[i:i + 1], nxt[i:i + 1], a[i:i + 1])
+        (slope,) = torch.autograd.grad(dist.mean.sum(), v)
+        assert got[i].item() == pytest.approx(slope.abs().item() / dist.std.item(), rel=1e-5)
+    if kind == "flow_grpo":
+        assert got[5] > 5 * got[0]

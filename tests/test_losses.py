@@ -177,3 +177,68 @@ def test_prm_logprob_scale_is_the_gaussian_nll_of_the_target(tiny_model) -> None
     velocity = microbatch_loss(tiny_model, cond, tree, targets, ids,
                                LossConfig(prm_lambda=1.0, prm_scale="velocity"))
     assert velocity.prm.item() > 10 * parts.prm.item()
+
+
+def test_score_step_scale_divides_each_steps_terms_by_its_score_scale(tiny_model) -> None:
+    from trainer.flow import score_scale
+
+    tree, _, plain, _ = _setup(tiny_model, prm_lambda=0.5)
+    config = LossConfig(prm_lambda=0.5, step_scale="score")
+    scaled = prepare_targets(tree, tree.leaf_latents.mean(dim=(1, 2, 3)), config)
+    kappa = score_scale("flow_grpo", tree.fwd_sigma, tree.fwd_sigma_next, tree.fwd_noise_level)
+    torch.testing.assert_close(scaled.edge_weight, plain.edge_weight / kappa[tree.edge_forward])
+    torch.testing.assert_close(scaled.fwd_prm_weight, plain.fwd_prm_weight / kappa)
+    torch.testing.assert_close(scaled.edge_advantage, plain.edge_advantage)
+
+
+def _layer_grad_norms(model, step_scale: str) -> list[float]:
+    """Gradient norm of the GRPO term of each tree layer alone, for trees at two window starts."""
+    norms = []
+    for start in (0, 5):
+        cfg = TreeConfig(steps=10, window_start=start, depth=2, branching=2, trees_per_prompt=2)
+        plan = build_plan(cfg, make_sigmas("shift", 10))
+        with torch.no_grad():
+            tree = rollout(model, torch.arange(2), plan, [0, 1], LATENT)
+        config = LossConfig(prm_lambda=0.0, step_scale=step_scale)
+        targets = prepare_targets(tree, tree.leaf_latents.mean(dim=(1, 2, 3)), config)
+        model.zero_grad()
+        backward_over_tree(model, torch.arange(2), tree, targets, config)
+        norms.append(float(torch.cat([p.grad.flatten() for p in model.parameters()]).norm()))
+    return norms
+
+
+def test_score_step_scale_keeps_the_gradient_scale_as_the_window_moves(tiny_model) -> None:
+    """Moving the window from the first steps to the middle multiplies the plain gradient many
+    times over; with ``step_scale: score`` it stays within a small factor."""
+    early, late = _layer_grad_norms(tiny_model, "none")
+    early_s, late_s = _layer_grad_norms(tiny_model, "score")
+    assert late / early > 4.0
+    assert late_s / early_s < (late / early) / 3.0
+
+
+def test_renoise_layer_tuning_is_flow_matching_on_the_best_leaf(tiny_model) -> None:
+    """``renoise``: one extra row per (prompt, layer), the best leaf noised afresh at the layer's
+    sigma, regressed onto ``eps - x0*``; a step on it lowers that flow-matching loss."""
+    from trainer.losses import renoised, velocity_mse
+
+    tree, cond, targets, config = _setup(tiny_model, prm_lambda=1.0, prm_target="renoise",
+                                         prm_scale="velocity")
+    best = (targets.fwd_prm_weight > 0).nonzero().flatten()
+    assert best.numel() == tree.num_prompts * 2  # one best node per prompt and trained layer
+    targets.edge_weight.zero_()
+
+    def fm_loss() -> float:
+        x, goal = renoised(targets.best_x0[tree.fwd_prompt[best]], targets.renoise[best],
+                           tree.fwd_sigma[best])
+        with torch.no_grad():
+            v = tiny_model(x, tree.fwd_sigma[best], tree.fwd_prompt[best])
+        return float((velocity_mse(v, goal) * targets.fwd_prm_weight[best]).sum())
+
+    before = fm_loss()
+    stats = backward_over_tree(tiny_model, cond, tree, targets, config)
+    assert stats.prm_loss == pytest.approx(before, rel=1e-5)
+    assert stats.train_nfe == targets.train_forwards.numel() + best.numel()
+    with torch.no_grad():
+        for p in tiny_model.parameters():
+            p -= 1e-2 * p.grad
+    assert fm_loss() < before

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.flow import make_sigmas
+from trainer.flow import make_sigmas, sde_transition
 from trainer.strategies import MixGRPOConfig, TreeConfig, build_plan, closed_form, tree_plan
 from trainer.tree import RolloutPlan, StepOp, rollout
 
@@ -141,3 +141,25 @@ def test_plan_validation_messages() -> None:
     with pytest.raises(ValueError, match="noise must have shape"):
         plan = RolloutPlan("x", (StepOp(1.0, 0.0),), 2)
         rollout(lambda x, s, c: x, None, plan, [0], (2,), noise=torch.zeros(1, 1, 2))
+
+
+def test_antithetic_siblings_draw_mirrored_noise_with_exact_log_probs() -> None:
+    """Mirrored siblings: ``x_child - mean`` of a pair sum to zero, both have the same log-prob
+    (the Gaussian is symmetric), and the tree is still reproducible from its seeds."""
+    cfg = TreeConfig(steps=6, window_start=1, depth=2, branching=3, trees_per_prompt=2, antithetic=True)
+    plan = build_plan(cfg, make_sigmas("shift", 6))
+
+    def model(x, sigma, cond):
+        return 0.5 * x + 0.1
+
+    tree = rollout(model, torch.arange(2), plan, [3, 4], LATENT)
+    again = rollout(model, torch.arange(2), plan, [3, 4], LATENT)
+    torch.testing.assert_close(tree.leaf_latents, again.leaf_latents, rtol=0, atol=0)
+    x = tree.edge_x_parent
+    dist = sde_transition("flow_grpo", x, model(x, None, None), tree.edge_sigma, tree.edge_sigma_next,
+                          tree.edge_noise_level)
+    offset = (tree.edge_x_child - dist.mean).reshape(-1, 3, *LATENT)  # siblings are consecutive
+    torch.testing.assert_close(offset[:, 0], -offset[:, 1], rtol=0, atol=1e-5)
+    assert (offset[:, 2] + offset[:, 0]).abs().max() > 0.1  # the odd child draws its own noise
+    lp = tree.edge_log_prob_old.reshape(-1, 3)
+    torch.testing.assert_close(lp[:, 0], lp[:, 1], rtol=1e-5, atol=1e-6)

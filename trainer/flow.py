@@ -197,6 +197,21 @@ def gaussian_kl_same_std(mean_a: Tensor, mean_b: Tensor, std: Tensor) -> Tensor:
     return (diff / (2.0 * _per_sample(std, diff) ** 2)).flatten(1).mean(dim=1)
 
 
+def score_scale(kind: SdeKind, sigma: Tensor, sigma_next: Tensor, noise_level: Tensor) -> Tensor:
+    """Per step, ``|d mean / d v| / std``: how strongly one unit of standardised step noise pulls on
+    the velocity through the step's log-density.
+
+    Every SDE form here is affine in ``v``, so the coefficient is ``mean(v=1) - mean(v=0)`` at
+    ``x = 0``. It differs between steps by an order of magnitude (small near ``s = 1``), which is
+    why a sliding window changes the gradient scale an optimizer sees unless it is divided out.
+    """
+    sigma = torch.as_tensor(sigma, dtype=torch.float32).flatten()
+    zero = torch.zeros(sigma.numel(), 1)
+    at_one = sde_transition(kind, zero, torch.ones_like(zero), sigma, sigma_next, noise_level)
+    at_zero = sde_transition(kind, zero, zero, sigma, sigma_next, noise_level)
+    return (at_one.mean - at_zero.mean).abs().flatten() / at_one.std
+
+
 # --------------------------------------------------------------------------- DPM-Solver++(2M)
 def dpm2m_step(x: Tensor, x0: Tensor, sigma: float, sigma_next: float,
                prev_x0: Tensor | None, prev_sigma: float | None) -> Tensor:

@@ -161,7 +161,7 @@ class Trainer:
         rewards = scores["reward"].float().cpu()
 
         loss_cfg = self.loss_config()
-        targets = prepare_targets(tree, rewards, loss_cfg)
+        targets = prepare_targets(tree, rewards, loss_cfg, seed=c.seed * 1_000_033 + iteration)
         order = targets.train_forwards[torch.randperm(
             targets.train_forwards.numel(), generator=torch.Generator().manual_seed(
                 c.seed * 7919 + iteration))]

@@ -91,6 +91,15 @@ def path_target(x_best: Tensor, x_best_child: Tensor, delta: Tensor) -> Tensor:
     return (x_best.float() - x_best_child.float()) / delta.float().reshape(shape)
 
 
+def renoised(best_x0: Tensor, noise: Tensor, sigma: Tensor) -> tuple[Tensor, Tensor]:
+    """The best leaf's clean latent noised afresh at ``sigma``, and the flow-matching velocity that
+    points from there to it: ``x = (1 - s) x0* + s eps``, ``u = eps - x0*``."""
+    shape = (-1,) + (1,) * (best_x0.ndim - 1)
+    s = sigma.float().reshape(shape)
+    x0, eps = best_x0.float(), noise.float()
+    return (1.0 - s) * x0 + s * eps, eps - x0
+
+
 def velocity_mse(v: Tensor, target: Tensor) -> Tensor:
     """``||v - stopgrad(u)||^2 / D`` per sample."""
     return ((v.float() - target.detach().float()) ** 2).flatten(1).mean(dim=1)

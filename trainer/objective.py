@@ -25,19 +25,30 @@ from .advantages import (
     node_values,
 )
 from .cond import Cond, select_rows
-from .flow import Gaussian, gaussian_kl_same_std, gaussian_log_prob, sde_transition
+from .flow import Gaussian, gaussian_kl_same_std, gaussian_log_prob, score_scale, sde_transition
 from .losses import (
     ClipConfig,
     clip_bounds,
     grpo_edge_loss,
     layer_weight,
     path_target,
+    renoised,
     velocity_mse,
     x0_target,
 )
 from .tree import Tree, VelocityFn
 
-PrmTarget = Literal["x0", "path"]
+PrmTarget = Literal["x0", "path", "renoise"]
+"""``x0``: every node of a layer regresses toward the best leaf's clean latent; ``path``: the
+best node toward the step its path actually took (noise included); ``renoise``: per layer, the
+best leaf re-noised afresh at the layer's sigma, with the flow-matching target (an SFT step on the
+best sample that keeps the model a denoiser; one extra forward per prompt and layer)."""
+StepScale = Literal["none", "score"]
+"""``none``: each step's log-density terms as they are (the anchors). ``score``: divided by the
+step's score scale ``|d mean / d v| / std`` (``flow.score_scale``), so a unit advantage pulls on the
+velocity equally at every step; without it the gradient grows ~20x from the first steps of a
+10-step schedule to the middle ones, and a sliding window hands Adam (whose second moment lags by
+~1/(1 - beta2) updates) a step size many times the configured one."""
 PrmScale = Literal["logprob", "velocity"]
 """``logprob``: the LayerTuning term in the GRPO term's units, the element-averaged Gaussian
 negative log-likelihood (a KL between equal-std Gaussians) of the step the target velocity would
@@ -58,6 +69,7 @@ class LossConfig:
     prm_eta: float = 1.0
     prm_scale: PrmScale = "logprob"
     kl_beta: float = 0.0
+    step_scale: StepScale = "none"
 
 
 @dataclass
@@ -75,6 +87,8 @@ class TrainTargets:
     best_x0: Tensor  # [P, *latent]
     layer_weight: Tensor  # [F] the layer weight w_k of each forward's (prompt, layer)
     train_forwards: Tensor  # ids of forwards with trained edges
+    fwd_scale: Tensor  # [F] factor on every log-density term of the forward's step (step_scale)
+    renoise: Tensor | None = None  # [F, *latent] fresh noise of ``renoise`` rows (best forwards)
 
 
 def _layer_groups(tree: Tree, forwards: Tensor) -> Tensor:
@@ -95,11 +109,23 @@ def _edge_weights(tree: Tree) -> Tensor:
     return weight
 
 
+def step_factors(tree: Tree, mode: StepScale) -> Tensor:
+    """Per forward, the factor on its step's log-density terms (see ``StepScale``)."""
+    if mode == "none":
+        return torch.ones(tree.fwd_node.numel())
+    if mode == "score":
+        scale = score_scale(tree.plan.sde_kind, tree.fwd_sigma.cpu(), tree.fwd_sigma_next.cpu(),
+                            tree.fwd_noise_level.cpu())
+        return torch.where(scale > 0, 1.0 / scale.clamp(min=1e-12), torch.zeros_like(scale))
+    raise ValueError(f"unknown step_scale {mode!r}; expected 'none' or 'score'")
+
+
 def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
-                    reward_weights: Tensor | None = None) -> TrainTargets:
+                    reward_weights: Tensor | None = None, seed: int = 0) -> TrainTargets:
     """Advantages, clip bounds, loss weights and LayerTuning targets for one rollout.
 
     ``rewards``: ``[L]`` or ``[L, K]`` per leaf, in ``tree.leaf_node`` order (prompt-major).
+    ``seed`` draws the fresh noise of the ``renoise`` target.
     """
     rewards = rewards.detach().float().cpu()
     leaf_prompt = tree.node_prompt[tree.leaf_node]
@@ -132,6 +158,8 @@ def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
         if config.prm_target == "x0":
             per_layer = torch.bincount(groups)[groups].float()
             prm_weight[forwards] = w / (tree.num_prompts * per_layer)
+        elif config.prm_target == "renoise":
+            prm_weight[forwards] = torch.where(is_best, w / tree.num_prompts, 0.0)
         elif config.prm_target == "path":
             prm_weight[forwards] = torch.where(is_best, w / tree.num_prompts, 0.0)
             # the best child's edge: the edge out of each best forward toward the best leaf
@@ -141,9 +169,16 @@ def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
             edge_ids = ((tree.edge_child == on_path) & best_fwd[tree.edge_forward]).nonzero()
             path_edge[tree.edge_forward[edge_ids.flatten()]] = edge_ids.flatten()
         else:
-            raise ValueError(f"unknown prm_target {config.prm_target!r}; expected 'x0' or 'path'")
-    return TrainTargets(leaf_value, values, adv, _edge_weights(tree), low, high, prm_weight,
-                        path_edge, best_x0, layer_w, forwards)
+            raise ValueError(f"unknown prm_target {config.prm_target!r}; "
+                             "expected 'x0', 'path' or 'renoise'")
+    factor = step_factors(tree, config.step_scale)
+    edge_weight = _edge_weights(tree) * factor[tree.edge_forward]
+    noise = None
+    if config.prm_target == "renoise" and config.prm_lambda != 0.0:
+        gen = torch.Generator().manual_seed(int(seed))
+        noise = torch.randn((num_fwd, *tree.leaf_latents.shape[1:]), generator=gen)
+    return TrainTargets(leaf_value, values, adv, edge_weight, low, high, prm_weight * factor,
+                        path_edge, best_x0, layer_w, forwards, factor, noise)
 
 
 @dataclass
@@ -188,24 +223,19 @@ def microbatch_loss(velocity: VelocityFn, cond: Cond, tree: Tree, targets: Train
     prm = torch.zeros((), device=dev)
     weights = targets.fwd_prm_weight[forwards].to(dev)
     if config.prm_lambda != 0.0 and bool((weights > 0).any()):
-        prompt = tree.fwd_prompt[forwards]
-        if config.prm_target == "x0":
-            target = x0_target(x, targets.best_x0[prompt].to(dev), sigma)
+        keep = (weights > 0).cpu()
+        if config.prm_target == "renoise":
+            prm = _renoise_loss(velocity, tree, targets, forwards[keep], rows, keep, config)
         else:
-            child_edge = targets.fwd_path_edge[forwards]
-            has = child_edge >= 0
-            child_x = x.clone()
-            child_x[has.to(dev)] = tree.edge_x_child[child_edge[has]]
-            delta = sigma - tree.fwd_sigma_next[forwards].to(dev)
-            target = path_target(x, child_x, delta)
-        if config.prm_scale == "logprob":
-            # the step the target velocity would take, as a Gaussian NLL of the model's step
-            aim = sde_transition(tree.plan.sde_kind, x, target, sigma, tree.fwd_sigma_next[forwards],
-                                 tree.fwd_noise_level[forwards]).mean.detach()
-            per_node = gaussian_kl_same_std(dist.mean, aim, dist.std)
-        else:
-            per_node = velocity_mse(v, target)
-        prm = (per_node * weights).sum()
+            if config.prm_target == "x0":
+                target = x0_target(x, targets.best_x0[tree.fwd_prompt[forwards]].to(dev), sigma)
+            else:
+                child_edge = targets.fwd_path_edge[forwards]
+                has = child_edge >= 0
+                child_x = x.clone()
+                child_x[has.to(dev)] = tree.edge_x_child[child_edge[has]]
+                target = path_target(x, child_x, sigma - tree.fwd_sigma_next[forwards].to(dev))
+            prm = (_step_regression(tree, x, v, dist, target, forwards, config) * weights).sum()
 
     kl = torch.zeros((), device=dev)
     if config.kl_beta > 0.0:
@@ -215,12 +245,46 @@ def microbatch_loss(velocity: VelocityFn, cond: Cond, tree: Tree, targets: Train
             v_ref = reference(x, sigma, rows).float()
         ref = sde_transition(tree.plan.sde_kind, x, v_ref, sigma, tree.fwd_sigma_next[forwards],
                              tree.fwd_noise_level[forwards])
-        share = 1.0 / max(1, targets.train_forwards.numel())
-        kl = gaussian_kl_same_std(dist.mean, ref.mean, dist.std).sum() * share
+        share = targets.fwd_scale[forwards].to(dev) / max(1, targets.train_forwards.numel())
+        kl = (gaussian_kl_same_std(dist.mean, ref.mean, dist.std) * share).sum()
 
     total = grpo + config.prm_lambda * prm + config.kl_beta * kl
     return LossParts(total, grpo.detach(), prm.detach(), kl.detach(), parts.ratio.detach(),
                      parts.clipped)
+
+
+def _step_regression(tree: Tree, x: Tensor, v: Tensor, dist: Gaussian, target: Tensor,
+                     forwards: Tensor, config: LossConfig) -> Tensor:
+    """Per row, how far ``v`` is from ``target``: as the Gaussian NLL of the step the target would
+    take under the model's step (``logprob``), or as the raw velocity MSE."""
+    if config.prm_scale == "logprob":
+        aim = sde_transition(tree.plan.sde_kind, x, target, tree.fwd_sigma[forwards].to(x.device),
+                             tree.fwd_sigma_next[forwards], tree.fwd_noise_level[forwards]).mean
+        return gaussian_kl_same_std(dist.mean, aim.detach(), dist.std)
+    return velocity_mse(v, target)
+
+
+def _renoise_loss(velocity: VelocityFn, tree: Tree, targets: TrainTargets, best: Tensor,
+                  rows: Cond, keep: Tensor, config: LossConfig) -> Tensor:
+    """The ``renoise`` LayerTuning term of the best forwards ``best`` (one extra model call)."""
+    if targets.renoise is None:
+        raise ValueError("the renoise target needs prepare_targets with prm_target='renoise'")
+    prompt = tree.fwd_prompt[best]
+    dev = tree.fwd_x.device
+    sigma = tree.fwd_sigma[best].to(dev)
+    x, target = renoised(targets.best_x0[prompt].to(dev), targets.renoise[best].to(dev), sigma)
+    v = velocity(x, sigma, select_rows(rows, keep.nonzero().flatten().to(dev))).float()
+    dist = sde_transition(tree.plan.sde_kind, x, v, sigma, tree.fwd_sigma_next[best],
+                          tree.fwd_noise_level[best])
+    per_node = _step_regression(tree, x, v, dist, target, best, config)
+    return (per_node * targets.fwd_prm_weight[best].to(dev)).sum()
+
+
+def extra_forwards(targets: TrainTargets, forwards: Tensor, config: LossConfig) -> int:
+    """Model rows a micro-batch runs beyond its forwards: the ``renoise`` rows."""
+    if config.prm_target != "renoise" or config.prm_lambda == 0.0:
+        return 0
+    return int((targets.fwd_prm_weight[forwards] > 0).sum())
 
 
 def forward_batches(tree: Tree, forwards: Tensor, max_batch: int | None) -> list[Tensor]:
@@ -271,7 +335,7 @@ def backward_over_tree(velocity: VelocityFn, cond: Cond, tree: Tree, targets: Tr
     for batch in forward_batches(tree, chosen, max_batch):
         parts = microbatch_loss(velocity, cond, tree, targets, batch, config, reference)
         (parts.total * scale).backward()
-        nfe += batch.numel()
+        nfe += batch.numel() + extra_forwards(targets, batch, config)
         totals += torch.stack([parts.total.detach(), parts.grpo, parts.prm, parts.kl]).cpu()
         ratios.append(parts.ratio.cpu())
         clipped.append(parts.clipped.cpu())

@@ -30,6 +30,7 @@ class TreeConfig:
     M; noise level of layer k is ``min(noise_level * (1 + noise_growth * k / (d - 1)), noise_max)``
     (linear in depth [paper], clamped [choice]). ``tail``: Euler, or DPM-Solver++(2M) with
     ``max(1, round(tail_compression * remaining))`` steps (MixGRPO-Flash style).
+    ``antithetic``: siblings draw mirrored noise ``(eps, -eps)`` [choice] (see ``tree._branch_noise``).
     """
 
     steps: int = 25
@@ -43,6 +44,7 @@ class TreeConfig:
     sde_kind: str = "flow_grpo"
     tail: Tail = "euler"
     tail_compression: float = 0.4
+    antithetic: bool = False
 
     @property
     def leaves_per_tree(self) -> int:
@@ -160,7 +162,8 @@ def tree_plan(config: TreeConfig, sigmas: Tensor, window_start: int | None = Non
         ops.append(StepOp(grid[i], grid[i + 1], "sde", config.branching, level, train=True))
     ops += _tail_ops(grid, start + config.depth, config.tail, config.tail_compression)
     return RolloutPlan("dynamic_treerpo", tuple(ops), config.trees_per_prompt,
-                       shared_root_noise=False, sde_kind=config.sde_kind,
+                       shared_root_noise=False, antithetic=config.antithetic,
+                       sde_kind=config.sde_kind,
                        window_start=start, log_prob_reduction=log_prob_reduction)
 
 

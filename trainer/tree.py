@@ -60,6 +60,7 @@ class RolloutPlan:
     ops: tuple[StepOp, ...]
     roots_per_prompt: int
     shared_root_noise: bool = False
+    antithetic: bool = False
     sde_kind: str = "flow_grpo"
     window_start: int = 0
     log_prob_reduction: Literal["mean", "sum"] = "mean"
@@ -243,10 +244,26 @@ def _evaluate(velocity: VelocityFn, x: Tensor, sigma: float, cond_rows: Cond,
 
 
 def _branch_noise(generators: Sequence[torch.Generator], per_prompt: list[int],
-                  latent_shape: Sequence[int], device: torch.device) -> Tensor:
-    """Children's noise, prompt-major, each prompt drawing from its own generator."""
-    parts = [torch.randn((n, *latent_shape), generator=generators[p])
-             for p, n in enumerate(per_prompt)]
+                  latent_shape: Sequence[int], device: torch.device, branch: int = 1,
+                  antithetic: bool = False) -> Tensor:
+    """Children's noise, prompt-major, each prompt drawing from its own generator.
+
+    ``antithetic``: siblings come in mirrored pairs ``(eps, -eps)`` (an odd last child draws its
+    own). Each child's marginal is unchanged, so log-probabilities and ratios stay exact, while the
+    pair's shared part of the advantage cancels in the gradient, as in mirrored evolution strategies.
+    """
+    parts = []
+    for p, n in enumerate(per_prompt):
+        if not antithetic or branch < 2:
+            parts.append(torch.randn((n, *latent_shape), generator=generators[p]))
+            continue
+        parents, pairs = n // branch, branch // 2
+        half = torch.randn((parents, pairs, *latent_shape), generator=generators[p])
+        mirrored = torch.stack([half, -half], dim=2).reshape(parents, 2 * pairs, *latent_shape)
+        if branch % 2:
+            odd = torch.randn((parents, 1, *latent_shape), generator=generators[p])
+            mirrored = torch.cat([mirrored, odd], dim=1)
+        parts.append(mirrored.reshape(n, *latent_shape))
     return torch.cat(parts).to(device)
 
 
@@ -312,7 +329,7 @@ def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence
         dist = sde_transition(plan.sde_kind, x, v, op.sigma, op.sigma_next, op.noise_level)
         b = op.branch
         per_prompt = torch.bincount(active_prompt, minlength=num_prompts) * b
-        eps = _branch_noise(gens, per_prompt.tolist(), latent_shape, dev)
+        eps = _branch_noise(gens, per_prompt.tolist(), latent_shape, dev, b, plan.antithetic)
         child_dist = Gaussian(dist.mean.repeat_interleave(b, 0), dist.std.repeat_interleave(b))
         std = child_dist.std.reshape(-1, *([1] * len(latent_shape)))
         x_child = child_dist.mean + std * eps

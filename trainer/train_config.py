@@ -48,7 +48,7 @@ class OptimConfig:
     With more than one update, later updates see ratios away from 1, which is when clipping acts.
     """
 
-    lr: float = 3e-4
+    lr: float = 6e-4
     weight_decay: float = 1e-4
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = 1.0
@@ -78,7 +78,7 @@ class WindowConfig:
 
     ``start`` None means the strategy's own ``window_start``."""
 
-    schedule: Literal["progressive", "random", "fixed"] = "progressive"
+    schedule: Literal["progressive", "random", "fixed"] = "fixed"
     start: int | None = None
     every: int = 50
     stride: int = 1
@@ -107,7 +107,7 @@ class DataConfig:
     held-out evaluation set of prompt/seed pairs (never used for training)."""
 
     prompts: str = "scenes"
-    prompts_per_iteration: int = 4
+    prompts_per_iteration: int = 8
     eval_pairs: int = 128
     eval_seed: int = 12345
     eval_every: int = 25
@@ -135,10 +135,10 @@ class TrainConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     window: WindowConfig = field(default_factory=WindowConfig)
     tree: TreeConfig = field(default_factory=lambda: TreeConfig(steps=10, window_start=0, depth=3,
-                                                                 branching=2, trees_per_prompt=2))
+                                                                 branching=2, trees_per_prompt=1))
     mixgrpo: MixGRPOConfig = field(default_factory=lambda: MixGRPOConfig(steps=10, window_size=3,
-                                                                        group_size=16))
-    dancegrpo: DanceGRPOConfig = field(default_factory=lambda: DanceGRPOConfig(steps=10, group_size=16))
+                                                                        group_size=8))
+    dancegrpo: DanceGRPOConfig = field(default_factory=lambda: DanceGRPOConfig(steps=10, group_size=8))
     loss: LossConfig = field(default_factory=LossConfig)
     clip_spread: ClipSpreadConfig = field(default_factory=ClipSpreadConfig)
     data: DataConfig = field(default_factory=DataConfig)

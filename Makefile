@@ -5,7 +5,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: venv test lint demo
+COMFYUI ?= .comfyui
+
+.PHONY: venv comfyui test lint demo
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml requirements.txt
@@ -15,7 +17,13 @@ $(VENV)/.installed: pyproject.toml requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt -e ".[test]"
 	touch $@
 
-test: venv
+# A real ComfyUI (git-ignored) for the node pack's tests: scripts/install_comfyui.py says how.
+comfyui: $(COMFYUI)/main.py
+
+$(COMFYUI)/main.py: | $(VENV)/.installed
+	$(PY) scripts/install_comfyui.py --dest $(COMFYUI)
+
+test: venv comfyui
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 

@@ -1,10 +1,11 @@
-"""ComfyUI entry point of the Dynamic-TreeRPO node pack.
+"""ComfyUI entry point of the Dynamic-TreeRPO node pack (V3 API).
 
-ComfyUI imports this folder by file path. The nodes themselves arrive with the node-pack work;
-until then the pack registers no nodes, and nothing here imports ComfyUI at module level.
+ComfyUI imports this folder by file path and calls ``comfy_entrypoint``; the nodes (and with
+them every ComfyUI import) are loaded only then, so the headless trainer never needs ComfyUI.
 """
 
-NODE_CLASS_MAPPINGS: dict = {}
-NODE_DISPLAY_NAME_MAPPINGS: dict = {}
 
-__all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]
+async def comfy_entrypoint():
+    from .nodes import extension
+
+    return await extension()

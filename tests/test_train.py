@@ -97,7 +97,8 @@ def test_exported_lora_reproduces_the_trained_model(two_iterations: Path, fmt: s
 def test_comfyui_file_carries_alpha_tensors(two_iterations: Path) -> None:
     state = load_file(two_iterations / "lora/comfyui_lora.safetensors")
     alphas = [k for k in state if k.endswith(".alpha")]
-    ups = [k for k in state if k.endswith("lora_B.weight")]
+    ups = [k for k in state if k.endswith("lora_up.weight")]
+    assert all(k.startswith("diffusion_model.") for k in state)
     assert alphas and len(alphas) == len(ups)
     assert all(float(state[k]) == 8.0 for k in alphas)
 

@@ -1,9 +1,11 @@
 """LoRA on a diffusers transformer (peft): attach, read, load, and export in the formats users load.
 
 Exports:
-- ComfyUI: keys ``transformer.<module>.lora_A.weight`` / ``lora_B.weight`` plus an ``.alpha``
-  tensor per module. ComfyUI ignores safetensors metadata and scales by ``alpha / rank`` only when
-  an ``.alpha`` tensor is present, so the tensor is what keeps the strength right.
+- ComfyUI: its generic keys ``diffusion_model.<module>.lora_down.weight`` / ``lora_up.weight``
+  plus an ``.alpha`` tensor per module, ``<module>`` being the diffusers module path (the pack's
+  embedded model in ComfyUI is that transformer, so ``LoraLoaderModelOnly`` finds every layer).
+  ComfyUI ignores safetensors metadata and scales by ``alpha / rank`` only when an ``.alpha``
+  tensor is present, so the tensor is what keeps the strength right.
 - diffusers: ``pytorch_lora_weights.safetensors`` written by diffusers itself, with the adapter
   config in its metadata (load with ``pipe.load_lora_weights`` or :func:`load_diffusers_lora`).
 """
@@ -69,14 +71,34 @@ def lora_scale(transformer: nn.Module) -> tuple[int, float]:
     return int(config.r), float(config.lora_alpha)
 
 
+COMFYUI_PREFIX = "diffusion_model."
+_COMFYUI_NAMES = {"lora_A": "lora_down", "lora_B": "lora_up"}
+
+
 def comfyui_state(state: Mapping[str, Tensor], alpha: float) -> dict[str, Tensor]:
-    """ComfyUI keys: ``transformer.`` prefix and one ``.alpha`` tensor per module."""
+    """peft keys (``<module>.lora_A.weight``) to ComfyUI's generic keys, plus ``.alpha`` tensors."""
     out: dict[str, Tensor] = {}
     for key, value in state.items():
-        out[f"transformer.{key}"] = value
-        module = key.rsplit(".lora_", 1)[0]
-        out[f"transformer.{module}.alpha"] = torch.tensor(float(alpha))
+        module, rest = key.rsplit(".lora_", 1)
+        name, suffix = rest.split(".", 1)
+        out[f"{COMFYUI_PREFIX}{module}.{_COMFYUI_NAMES['lora_' + name]}.{suffix}"] = value
+        out[f"{COMFYUI_PREFIX}{module}.alpha"] = torch.tensor(float(alpha))
     return out
+
+
+def from_comfyui_state(state: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, float]]:
+    """Inverse of :func:`comfyui_state`: peft keys, and ``alpha`` per module."""
+    back = {v: k for k, v in _COMFYUI_NAMES.items()}
+    weights: dict[str, Tensor] = {}
+    alphas: dict[str, float] = {}
+    for key, value in state.items():
+        key = key.removeprefix(COMFYUI_PREFIX)
+        if key.endswith(".alpha"):
+            alphas[key[: -len(".alpha")]] = float(value)
+            continue
+        module, name, suffix = key.rsplit(".", 2)
+        weights[f"{module}.{back.get(name, name)}.{suffix}"] = value
+    return weights, alphas
 
 
 def save_lora_files(folder: str | os.PathLike[str], transformer: nn.Module) -> dict[str, Path]:

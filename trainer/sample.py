@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from .evaluate import generate
 from .flow import make_sigmas
 from .logs import save_image_grid
-from .lora import attach_lora, load_diffusers_lora, load_lora_state
+from .lora import attach_lora, from_comfyui_state, load_diffusers_lora, load_lora_state
 from .models.embedded import EmbeddedPolicy
 
 
@@ -28,8 +28,7 @@ def load_lora_file(transformer: torch.nn.Module, path: str | Path) -> None:
     if not any(k.endswith(".alpha") for k in state):
         load_diffusers_lora(transformer, path)
         return
-    alphas = {k[: -len(".alpha")]: float(v) for k, v in state.items() if k.endswith(".alpha")}
-    weights = {k.removeprefix("transformer."): v for k, v in state.items() if not k.endswith(".alpha")}
+    weights, alphas = from_comfyui_state(state)
     modules = sorted({k.rsplit(".lora_", 1)[0] for k in weights})
     if not modules:
         raise ValueError(f"{path} holds no LoRA weights")

@@ -1,0 +1,80 @@
+"""The only module of the pack that imports ComfyUI (``comfy``, ``comfy_api``).
+
+Everything ComfyUI-specific that the nodes need goes through here, so that a change in
+ComfyUI's internals is fixed in one place. ComfyUI imports the pack by file path, so this
+module is only ever imported inside a running ComfyUI (or a test that has set one up).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import comfy.conds
+import comfy.latent_formats
+import comfy.model_base
+import comfy.model_management
+import comfy.model_patcher
+import comfy.supported_models_base
+import torch
+from comfy_api.latest import ComfyExtension, io
+
+__all__ = ["ComfyExtension", "embedded_model_patcher", "io"]
+
+
+class EmbeddedLatentFormat(comfy.latent_formats.LatentFormat):
+    """Pixel space: 64x64 RGB folded 4x4 into 48 channels of 16x16, no scaling."""
+
+    latent_channels = 48
+
+
+def _model_config(shift: float) -> comfy.supported_models_base.BASE:
+    """A flow-matching model config: ``sigma = shift t / (1 + (shift - 1) t)``, as trained."""
+
+    class EmbeddedConfig(comfy.supported_models_base.BASE):  # ComfyUI reads these class attributes
+        unet_config = {"disable_unet_model_creation": True}  # noqa: RUF012
+        sampling_settings = {"shift": shift, "multiplier": 1.0}  # noqa: RUF012
+        latent_format = EmbeddedLatentFormat
+        memory_usage_factor = 1.0
+        supported_inference_dtypes = [torch.float32]  # noqa: RUF012
+
+    return EmbeddedConfig({"disable_unet_model_creation": True})
+
+
+class EmbeddedBaseModel(comfy.model_base.BaseModel):
+    """ComfyUI's model interface over the pack's embedded policy.
+
+    ``diffusion_model`` is the diffusers transformer itself, so ComfyUI's generic LoRA keys
+    (``diffusion_model.<module>``) reach its layers. The policy predicts the clean image; the
+    velocity it derives gives back that prediction as ComfyUI's ``denoised``.
+    """
+
+    def __init__(self, policy: Any, shift: float, device: torch.device | None = None) -> None:
+        super().__init__(_model_config(shift), comfy.model_base.ModelType.FLOW, device=device)
+        self.diffusion_model = policy.transformer
+        self.__dict__["policy"] = policy  # not a submodule: its transformer is registered above
+
+    def extra_conds(self, **kwargs: Any) -> dict[str, Any]:
+        out = super().extra_conds(**kwargs)
+        pooled = kwargs.get("pooled_output")
+        if pooled is not None:
+            out["pooled"] = comfy.conds.CONDRegular(pooled)
+        return out
+
+    def _apply_model(self, x: torch.Tensor, t: torch.Tensor, c_concat: Any = None,
+                     c_crossattn: torch.Tensor | None = None, control: Any = None,
+                     transformer_options: dict | None = None, **kwargs: Any) -> torch.Tensor:
+        if c_crossattn is None or "pooled" not in kwargs:
+            raise ValueError("the embedded TreeRPO model needs conditioning from "
+                             "TreeRPOEmbeddedTextEncode")
+        sigma = t.float()
+        cond = {"text": c_crossattn.float(), "pooled": kwargs["pooled"].float()}
+        v = self.policy.velocity(x.float(), sigma, cond)
+        return self.model_sampling.calculate_denoised(sigma, v, x)
+
+
+def embedded_model_patcher(policy: Any, shift: float) -> comfy.model_patcher.ModelPatcher:
+    """A ComfyUI MODEL (``ModelPatcher``) sampling the embedded policy."""
+    load = comfy.model_management.get_torch_device()
+    offload = comfy.model_management.unet_offload_device()
+    model = EmbeddedBaseModel(policy, shift, device=offload)
+    return comfy.model_patcher.ModelPatcher(model, load_device=load, offload_device=offload)

@@ -1,0 +1,107 @@
+"""Nodes that load and run the embedded default model in ComfyUI.
+
+ComfyUI's own loaders cannot read it: it is a pixel-space, clean-image-predicting transformer
+with its own small text encoder, none of which ComfyUI's model detection knows. These nodes
+wrap the same ``EmbeddedPolicy`` the trainer uses; sampling then goes through ComfyUI's own
+samplers (``KSampler``, ``SamplerCustomAdvanced``) and LoRAs through ``LoraLoaderModelOnly``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..trainer.models.embedded import EmbeddedPolicy
+from ._comfy import embedded_model_patcher, io
+
+EmbeddedType = io.Custom("TREERPO_EMBEDDED")
+CATEGORY = "TreeRPO/embedded"
+
+
+class TreeRPOEmbeddedLoader(io.ComfyNode):
+    """Load the embedded default (the weights shipped with the pack, or a folder of the same form)."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="TreeRPOEmbeddedLoader",
+            display_name="TreeRPO Embedded Model Loader",
+            category=CATEGORY,
+            description="The pack's small scenes model: MODEL for ComfyUI's samplers, plus its "
+                        "text encoder and pixel decoder.",
+            inputs=[
+                io.String.Input("weights", default="",
+                                tooltip="folder written by save_pretrained; empty: the shipped one"),
+                io.Float.Input("shift", default=3.0, min=1.0, max=10.0, step=0.1,
+                               tooltip="sigma shift of the schedule the model was trained with"),
+            ],
+            outputs=[io.Model.Output(), EmbeddedType.Output(display_name="embedded")],
+        )
+
+    @classmethod
+    def execute(cls, weights: str, shift: float) -> io.NodeOutput:
+        policy = EmbeddedPolicy.from_pretrained(weights.strip() or None)
+        return io.NodeOutput(embedded_model_patcher(policy, shift), policy)
+
+
+class TreeRPOEmbeddedTextEncode(io.ComfyNode):
+    """Encode a prompt with the embedded model's own text encoder."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="TreeRPOEmbeddedTextEncode",
+            display_name="TreeRPO Embedded Text Encode",
+            category=CATEGORY,
+            inputs=[EmbeddedType.Input("embedded"),
+                    io.String.Input("text", multiline=True, default="two red circles")],
+            outputs=[io.Conditioning.Output()],
+        )
+
+    @classmethod
+    def execute(cls, embedded: Any, text: str) -> io.NodeOutput:
+        cond = embedded.encode([text.strip()])
+        return io.NodeOutput([[cond["text"], {"pooled_output": cond["pooled"]}]])
+
+
+class TreeRPOEmbeddedEmptyLatent(io.ComfyNode):
+    """An empty latent of the embedded model's shape (48 x 16 x 16 for 64 x 64 RGB)."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="TreeRPOEmbeddedEmptyLatent",
+            display_name="TreeRPO Embedded Empty Latent",
+            category=CATEGORY,
+            inputs=[EmbeddedType.Input("embedded"),
+                    io.Int.Input("batch_size", default=1, min=1, max=4096)],
+            outputs=[io.Latent.Output()],
+        )
+
+    @classmethod
+    def execute(cls, embedded: Any, batch_size: int) -> io.NodeOutput:
+        return io.NodeOutput({"samples": torch.zeros(batch_size, *embedded.latent_shape)})
+
+
+class TreeRPOEmbeddedDecode(io.ComfyNode):
+    """Latent to IMAGE (the model works in folded pixel space: no VAE)."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="TreeRPOEmbeddedDecode",
+            display_name="TreeRPO Embedded Decode",
+            category=CATEGORY,
+            inputs=[EmbeddedType.Input("embedded"), io.Latent.Input("samples")],
+            outputs=[io.Image.Output()],
+        )
+
+    @classmethod
+    def execute(cls, embedded: Any, samples: dict) -> io.NodeOutput:
+        images = embedded.decode(samples["samples"])  # [B, 3, H, W] in [0, 1]
+        return io.NodeOutput(images.permute(0, 2, 3, 1).contiguous())
+
+
+NODES: list[type[io.ComfyNode]] = [TreeRPOEmbeddedLoader, TreeRPOEmbeddedTextEncode,
+                                   TreeRPOEmbeddedEmptyLatent, TreeRPOEmbeddedDecode]

@@ -1,0 +1,127 @@
+"""The node pack inside a real ComfyUI server: loading, and the embedded model sampling there
+exactly as the trainer samples it."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+from comfyui_server import Server, require_comfyui, start_server, stop_server
+from PIL import Image
+
+from trainer.flow import make_sigmas, ode_step
+from trainer.models.embedded import EmbeddedPolicy
+
+NODE_IDS = ("TreeRPOEmbeddedLoader", "TreeRPOEmbeddedTextEncode", "TreeRPOEmbeddedEmptyLatent",
+            "TreeRPOEmbeddedDecode")
+PROMPT = "two red circles and a blue square"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[Server]:
+    root = require_comfyui()
+    srv = start_server(root, tmp_path_factory.mktemp("comfyui"))
+    yield srv
+    stop_server(srv)
+
+
+def sample_graph(seed: int, batch: int, steps: int, weights: str = "", lora: str | None = None) -> dict:
+    """Embedded loader [-> LoraLoaderModelOnly] -> text encode -> empty latent -> KSampler (Euler)
+    -> decode -> save."""
+    graph = {
+        "1": {"class_type": "TreeRPOEmbeddedLoader", "inputs": {"weights": weights, "shift": 3.0}},
+        "2": {"class_type": "TreeRPOEmbeddedTextEncode",
+              "inputs": {"embedded": ["1", 1], "text": PROMPT}},
+        "3": {"class_type": "TreeRPOEmbeddedEmptyLatent",
+              "inputs": {"embedded": ["1", 1], "batch_size": batch}},
+        "4": {"class_type": "KSampler", "inputs": {
+            "model": ["1", 0], "positive": ["2", 0], "negative": ["2", 0], "latent_image": ["3", 0],
+            "seed": seed, "steps": steps, "cfg": 1.0, "sampler_name": "euler", "scheduler": "simple",
+            "denoise": 1.0}},
+        "5": {"class_type": "TreeRPOEmbeddedDecode", "inputs": {"embedded": ["1", 1], "samples": ["4", 0]}},
+        "6": {"class_type": "SaveImage",
+              "inputs": {"images": ["5", 0], "filename_prefix": f"treerpo_{seed}"}},
+    }
+    if lora is not None:
+        graph["7"] = {"class_type": "LoraLoaderModelOnly",
+                      "inputs": {"model": ["1", 0], "lora_name": lora, "strength_model": 1.0}}
+        graph["4"]["inputs"]["model"] = ["7", 0]
+    return graph
+
+
+def saved_images(server: Server, result: dict) -> np.ndarray:
+    assert result["status"]["status_str"] == "success", result["status"]
+    files = result["outputs"]["6"]["images"]
+    return np.stack([np.asarray(Image.open(server.base / "output" / f["subfolder"] / f["filename"]))
+                     for f in files]).astype(np.int16)
+
+
+def trainer_images(policy: EmbeddedPolicy, seed: int, batch: int, steps: int) -> np.ndarray:
+    """The trainer's own Euler samples from ComfyUI's noise for ``seed``, as SaveImage quantises."""
+    cond = policy.encode([PROMPT] * batch)
+    x = torch.randn((batch, *policy.latent_shape), generator=torch.manual_seed(seed))
+    sigmas = make_sigmas("shift", steps, 3.0)
+    with torch.no_grad():
+        for s, s_next in itertools.pairwise(sigmas):
+            x = ode_step(x, policy.velocity(x, s.expand(batch), cond), s, s_next)
+    images = policy.decode(x).permute(0, 2, 3, 1).numpy()
+    return np.clip(255.0 * images, 0, 255).astype(np.uint8).astype(np.int16)
+
+
+def test_pack_loads_and_registers_every_node(server: Server) -> None:
+    info = server.get("/object_info")
+    missing = [n for n in NODE_IDS if n not in info]
+    assert not missing, f"not registered: {missing}"
+    assert info["TreeRPOEmbeddedLoader"]["category"] == "TreeRPO/embedded"
+    log = server.log_text()
+    assert "dynamic_treerpo" in log and "IMPORT FAILED" not in log.split("dynamic_treerpo")[0][-200:]
+
+
+def test_embedded_model_samples_in_comfyui_as_in_the_trainer(server: Server) -> None:
+    """ComfyUI's KSampler (Euler, 'simple' schedule) on the pack's MODEL gives the trainer's
+    own 10-step Euler samples from the same noise, to within one 8-bit level."""
+    seed, batch, steps = 7, 2, 10
+    saved = saved_images(server, server.run(sample_graph(seed, batch, steps)))
+    ours = trainer_images(EmbeddedPolicy.from_pretrained(), seed, batch, steps)
+    diff = np.abs(saved - ours)
+    assert diff.max() <= 1 and diff.mean() < 0.05, (diff.max(), diff.mean())
+    assert saved.std() > 10  # an image with content, not a flat field
+
+
+def test_exported_comfyui_lora_loads_with_lora_loader_model_only(server: Server, tmp_path) -> None:
+    """The run folder's ComfyUI LoRA, applied by ComfyUI's own LoraLoaderModelOnly, samples what
+    the trainer samples with that LoRA (and not what the base samples)."""
+    from trainer.lora import attach_lora, save_lora_files
+    from trainer.train_config import TrainConfig
+
+    policy = EmbeddedPolicy.from_pretrained()
+    attach_lora(policy.transformer, 4, 8.0, TrainConfig().lora.targets)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in policy.transformer.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    files = save_lora_files(tmp_path, policy.transformer)
+    (server.base / "models" / "loras").mkdir(parents=True, exist_ok=True)
+    (server.base / "models" / "loras" / "treerpo_test.safetensors").write_bytes(files["comfyui"].read_bytes())
+
+    seed, batch, steps = 11, 2, 5  # 1000 / steps must be whole for "simple" to hit our grid
+    graph = sample_graph(seed, batch, steps, lora="treerpo_test.safetensors")
+    saved = saved_images(server, server.run(graph))
+    with_lora = trainer_images(policy, seed, batch, steps)
+    base = trainer_images(EmbeddedPolicy.from_pretrained(), seed, batch, steps)
+    assert np.abs(with_lora - base).max() > 20  # the LoRA changes the images visibly
+    diff = np.abs(saved - with_lora)
+    assert diff.max() <= 1 and diff.mean() < 0.05, (diff.max(), diff.mean())
+    assert "lora key not loaded" not in server.log_text()
+
+
+def test_missing_weights_folder_fails_validation_of_the_run_and_server_keeps_serving(server: Server) -> None:
+    result = server.run(sample_graph(1, 1, 2, weights="/nonexistent/treerpo-weights"))
+    assert result["status"]["status_str"] == "error"
+    text = str(result["status"]["messages"])
+    assert "treerpo-weights" in text
+    assert "TreeRPOEmbeddedLoader" in server.get("/object_info/TreeRPOEmbeddedLoader")

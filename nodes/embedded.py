@@ -19,25 +19,26 @@ EmbeddedType = io.Custom("TREERPO_EMBEDDED")
 CATEGORY = "TreeRPO/embedded"
 
 
+def _schema(node_id: str, display_name: str, inputs: list, outputs: list, **extra: Any) -> io.Schema:
+    """The schema of one node of this family (category and naming shared)."""
+    return io.Schema(node_id=node_id, display_name=display_name, category=CATEGORY, inputs=inputs,
+                     outputs=outputs, **extra)
+
+
 class TreeRPOEmbeddedLoader(io.ComfyNode):
     """Load the embedded default (the weights shipped with the pack, or a folder of the same form)."""
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return io.Schema(
-            node_id="TreeRPOEmbeddedLoader",
-            display_name="TreeRPO Embedded Model Loader",
-            category=CATEGORY,
+        return _schema(
+            "TreeRPOEmbeddedLoader", "TreeRPO Embedded Model Loader",
+            [io.String.Input("weights", default="",
+                             tooltip="folder written by save_pretrained; empty: the shipped one"),
+             io.Float.Input("shift", default=3.0, min=1.0, max=10.0, step=0.1,
+                            tooltip="sigma shift of the schedule the model was trained with")],
+            [io.Model.Output(), EmbeddedType.Output(display_name="embedded")],
             description="The pack's small scenes model: MODEL for ComfyUI's samplers, plus its "
-                        "text encoder and pixel decoder.",
-            inputs=[
-                io.String.Input("weights", default="",
-                                tooltip="folder written by save_pretrained; empty: the shipped one"),
-                io.Float.Input("shift", default=3.0, min=1.0, max=10.0, step=0.1,
-                               tooltip="sigma shift of the schedule the model was trained with"),
-            ],
-            outputs=[io.Model.Output(), EmbeddedType.Output(display_name="embedded")],
-        )
+                        "text encoder and pixel decoder.")
 
     @classmethod
     def execute(cls, weights: str, shift: float) -> io.NodeOutput:
@@ -50,14 +51,10 @@ class TreeRPOEmbeddedTextEncode(io.ComfyNode):
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return io.Schema(
-            node_id="TreeRPOEmbeddedTextEncode",
-            display_name="TreeRPO Embedded Text Encode",
-            category=CATEGORY,
-            inputs=[EmbeddedType.Input("embedded"),
-                    io.String.Input("text", multiline=True, default="two red circles")],
-            outputs=[io.Conditioning.Output()],
-        )
+        return _schema("TreeRPOEmbeddedTextEncode", "TreeRPO Embedded Text Encode",
+                       [EmbeddedType.Input("embedded"),
+                        io.String.Input("text", multiline=True, default="two red circles")],
+                       [io.Conditioning.Output()])
 
     @classmethod
     def execute(cls, embedded: Any, text: str) -> io.NodeOutput:
@@ -70,14 +67,10 @@ class TreeRPOEmbeddedEmptyLatent(io.ComfyNode):
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return io.Schema(
-            node_id="TreeRPOEmbeddedEmptyLatent",
-            display_name="TreeRPO Embedded Empty Latent",
-            category=CATEGORY,
-            inputs=[EmbeddedType.Input("embedded"),
-                    io.Int.Input("batch_size", default=1, min=1, max=4096)],
-            outputs=[io.Latent.Output()],
-        )
+        return _schema("TreeRPOEmbeddedEmptyLatent", "TreeRPO Embedded Empty Latent",
+                       [EmbeddedType.Input("embedded"),
+                        io.Int.Input("batch_size", default=1, min=1, max=4096)],
+                       [io.Latent.Output()])
 
     @classmethod
     def execute(cls, embedded: Any, batch_size: int) -> io.NodeOutput:
@@ -89,13 +82,9 @@ class TreeRPOEmbeddedDecode(io.ComfyNode):
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return io.Schema(
-            node_id="TreeRPOEmbeddedDecode",
-            display_name="TreeRPO Embedded Decode",
-            category=CATEGORY,
-            inputs=[EmbeddedType.Input("embedded"), io.Latent.Input("samples")],
-            outputs=[io.Image.Output()],
-        )
+        return _schema("TreeRPOEmbeddedDecode", "TreeRPO Embedded Decode",
+                       [EmbeddedType.Input("embedded"), io.Latent.Input("samples")],
+                       [io.Image.Output()])
 
     @classmethod
     def execute(cls, embedded: Any, samples: dict) -> io.NodeOutput:

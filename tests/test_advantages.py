@@ -49,6 +49,17 @@ def test_tree_advantages_by_hand(small_tree) -> None:
     assert best_leaf_index(small_tree, rewards).tolist() == [2]
 
 
+def test_unscaled_advantages_keep_reward_units(small_tree) -> None:
+    """``advantage_scale: none`` (Dr. GRPO) centres only: a group whose rewards barely differ
+    gets small advantages, where GRPO's std division would blow them up to +-1."""
+    rewards = torch.tensor([1.0, 0.0, 3.0, -3.0])
+    assert edge_advantages(small_tree, rewards, "tree", "max", scale="none").tolist() == pytest.approx(
+        [-1.0, 1.0, 0.75, -0.25, 2.75, -3.25], abs=1e-6)
+    close = torch.tensor([0.5, 0.5, 0.501, 0.499])
+    assert edge_advantages(small_tree, close, scale="none").abs().max() < 0.01
+    assert edge_advantages(small_tree, close, scale="std").abs().max() > 0.9
+
+
 def test_groups_are_per_prompt_and_depth() -> None:
     cfg = TreeConfig(steps=4, window_start=0, depth=1, branching=2, trees_per_prompt=2)
     tree = rollout(lambda x, s, c: x, None, build_plan(cfg, make_sigmas("shift", 4)), [0, 1], (2,))

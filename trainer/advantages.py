@@ -18,6 +18,10 @@ from .tree import Tree
 
 NodeValue = Literal["max", "mean"]
 AdvantageMode = Literal["tree", "leaf"]
+AdvantageScale = Literal["std", "none"]
+"""``std`` (GRPO): divide by the group's std. ``none`` (Dr. GRPO): centre only, so a group whose
+rewards barely differ (late steps of the schedule) gives a small gradient instead of unit-size
+advantages made of noise."""
 STD_EPS = 1e-8
 
 
@@ -34,10 +38,14 @@ def group_stats(values: Tensor, groups: Tensor) -> tuple[Tensor, Tensor]:
     return mean[groups], var.sqrt()[groups]
 
 
-def normalise_in_groups(values: Tensor, groups: Tensor, clip: float | None = None) -> Tensor:
-    """``(x - mean) / (std + 1e-8)`` within groups, optionally clipped to ``+-clip``."""
+def normalise_in_groups(values: Tensor, groups: Tensor, clip: float | None = None,
+                        scale: AdvantageScale = "std") -> Tensor:
+    """``(x - mean) / (std + 1e-8)`` within groups (``scale="none"``: ``x - mean``), optionally
+    clipped to ``+-clip``."""
     mean, std = group_stats(values, groups)
-    out = (values - mean) / (std + STD_EPS)
+    if scale not in ("std", "none"):
+        raise ValueError(f"unknown advantage scale {scale!r}; expected 'std' or 'none'")
+    out = (values - mean) / (std + STD_EPS) if scale == "std" else values - mean
     return out.clamp(-clip, clip) if clip is not None else out
 
 
@@ -90,19 +98,21 @@ def depth_groups(tree: Tree) -> Tensor:
     return tree.node_prompt * depths + tree.node_depth
 
 
-def node_advantages(tree: Tree, values: Tensor, clip: float = 5.0) -> Tensor:
+def node_advantages(tree: Tree, values: Tensor, clip: float = 5.0,
+                    scale: AdvantageScale = "std") -> Tensor:
     """Per node: its value normalised within its (prompt, depth) group, clipped."""
-    return normalise_in_groups(values, depth_groups(tree), clip)
+    return normalise_in_groups(values, depth_groups(tree), clip, scale)
 
 
 def edge_advantages(tree: Tree, leaf_values: Tensor, mode: AdvantageMode = "tree",
-                    value: NodeValue = "max", clip: float = 5.0) -> Tensor:
+                    value: NodeValue = "max", clip: float = 5.0,
+                    scale: AdvantageScale = "std") -> Tensor:
     """Advantage of every edge of ``tree`` (``[E]``), by ``tree`` or ``leaf`` mode."""
     if mode == "tree":
-        return node_advantages(tree, node_values(tree, leaf_values, value), clip)[tree.edge_child]
+        return node_advantages(tree, node_values(tree, leaf_values, value), clip, scale)[tree.edge_child]
     if mode == "leaf":
         leaf_adv = normalise_in_groups(leaf_values.float().cpu(), tree.node_prompt[tree.leaf_node],
-                                       clip)
+                                       clip, scale)
         return node_values(tree, leaf_adv, "mean")[tree.edge_child]
     raise ValueError(f"unknown advantage mode {mode!r}; expected 'tree' or 'leaf'")
 

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from .advantages import (
     AdvantageMode,
+    AdvantageScale,
     NodeValue,
     best_leaf_index,
     combine_rewards,
@@ -61,6 +62,7 @@ class LossConfig:
     """Every option of the loss, with the defaults of ALGORITHM.md (sections 3 and 4)."""
 
     advantage: AdvantageMode = "tree"
+    advantage_scale: AdvantageScale = "std"
     node_value: NodeValue = "max"
     adv_clip: float = 5.0
     clip: ClipConfig = field(default_factory=ClipConfig)
@@ -131,7 +133,8 @@ def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
     leaf_prompt = tree.node_prompt[tree.leaf_node]
     leaf_value = combine_rewards(rewards, leaf_prompt, reward_weights)
     values = node_values(tree, leaf_value, config.node_value)
-    adv = edge_advantages(tree, leaf_value, config.advantage, config.node_value, config.adv_clip)
+    adv = edge_advantages(tree, leaf_value, config.advantage, config.node_value, config.adv_clip,
+                          config.advantage_scale)
     low, high = clip_bounds(adv, config.clip)
 
     forwards = tree.trained_forwards

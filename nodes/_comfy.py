@@ -27,17 +27,20 @@ class EmbeddedLatentFormat(comfy.latent_formats.LatentFormat):
     latent_channels = 48
 
 
-def _model_config(shift: float) -> comfy.supported_models_base.BASE:
+class EmbeddedConfig(comfy.supported_models_base.BASE):
     """A flow-matching model config: ``sigma = shift t / (1 + (shift - 1) t)``, as trained."""
 
-    class EmbeddedConfig(comfy.supported_models_base.BASE):  # ComfyUI reads these class attributes
-        unet_config = {"disable_unet_model_creation": True}  # noqa: RUF012
-        sampling_settings = {"shift": shift, "multiplier": 1.0}  # noqa: RUF012
-        latent_format = EmbeddedLatentFormat
-        memory_usage_factor = 1.0
-        supported_inference_dtypes = [torch.float32]  # noqa: RUF012
+    unet_config = {"disable_unet_model_creation": True}  # noqa: RUF012 - ComfyUI reads these
+    sampling_settings = {"shift": 3.0, "multiplier": 1.0}  # noqa: RUF012
+    latent_format = EmbeddedLatentFormat
+    memory_usage_factor = 1.0
+    supported_inference_dtypes = [torch.float32]  # noqa: RUF012
 
-    return EmbeddedConfig({"disable_unet_model_creation": True})
+
+def _model_config(shift: float) -> EmbeddedConfig:
+    config = EmbeddedConfig(EmbeddedConfig.unet_config)  # copies the class-level settings
+    config.sampling_settings["shift"] = shift
+    return config
 
 
 class EmbeddedBaseModel(comfy.model_base.BaseModel):

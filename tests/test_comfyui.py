@@ -3,7 +3,6 @@ exactly as the trainer samples it."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 
 import numpy as np
@@ -12,8 +11,10 @@ import torch
 from comfyui_server import Server, require_comfyui, start_server, stop_server
 from PIL import Image
 
-from trainer.flow import make_sigmas, ode_step
+from trainer.evaluate import ode_plan
+from trainer.flow import make_sigmas
 from trainer.models.embedded import EmbeddedPolicy
+from trainer.tree import rollout
 
 NODE_IDS = ("TreeRPOEmbeddedLoader", "TreeRPOEmbeddedTextEncode", "TreeRPOEmbeddedEmptyLatent",
             "TreeRPOEmbeddedDecode")
@@ -60,14 +61,12 @@ def saved_images(server: Server, result: dict) -> np.ndarray:
 
 
 def trainer_images(policy: EmbeddedPolicy, seed: int, batch: int, steps: int) -> np.ndarray:
-    """The trainer's own Euler samples from ComfyUI's noise for ``seed``, as SaveImage quantises."""
-    cond = policy.encode([PROMPT] * batch)
-    x = torch.randn((batch, *policy.latent_shape), generator=torch.manual_seed(seed))
-    sigmas = make_sigmas("shift", steps, 3.0)
-    with torch.no_grad():
-        for s, s_next in itertools.pairwise(sigmas):
-            x = ode_step(x, policy.velocity(x, s.expand(batch), cond), s, s_next)
-    images = policy.decode(x).permute(0, 2, 3, 1).numpy()
+    """The trainer's own ODE sampler from ComfyUI's noise for ``seed``, quantised as SaveImage does."""
+    noise = torch.randn((batch, *policy.latent_shape), generator=torch.manual_seed(seed))
+    plan = ode_plan(make_sigmas("shift", steps, 3.0))
+    tree = rollout(policy.velocity, policy.encode([PROMPT] * batch), plan, list(range(batch)),
+                   policy.latent_shape, noise=noise.unsqueeze(1))
+    images = policy.decode(tree.leaf_latents).permute(0, 2, 3, 1).numpy()
     return np.clip(255.0 * images, 0, 255).astype(np.uint8).astype(np.int16)
 
 

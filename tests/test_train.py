@@ -63,7 +63,8 @@ def test_a_short_run_writes_every_artefact(two_iterations: Path) -> None:
         for key in ("strategy", "window_start", "reward_mean", "reward_std", "loss", "grpo_loss",
                     "prm_loss", "clip_frac", "nfe_rollout", "nfe_train", "wall_s"):
             assert row[key] != "", key
-        assert int(row["nfe_rollout"]) == 2 * (0 + 3 + 4 * 3) or int(row["window_start"]) > 0
+        # 2 prompts x (3 window forwards + 4 leaves x a 1-step DPM-Solver++(2M) tail of the 3 left)
+        assert int(row["nfe_rollout"]) == 2 * (0 + 3 + 4 * 1) or int(row["window_start"]) > 0
     assert yaml.safe_load((run / "config.yaml").read_text())["iterations"] == 2
 
 
@@ -141,3 +142,24 @@ def test_kl_to_the_base_model_is_logged_when_enabled(tmp_path: Path) -> None:
         rows = list(csv.DictReader(f))
     assert float(rows[1]["kl"]) == 0.0  # the LoRA starts at zero: the model is its reference
     assert float(rows[2]["kl"]) > 0.0  # after an update the two differ
+
+
+def test_cosine_schedule_lowers_the_learning_rate_to_its_floor() -> None:
+    from trainer.train_config import OptimConfig
+    optim = OptimConfig(lr=1e-3, schedule="cosine", warmup=2, min_lr_ratio=0.1)
+    rates = [optim.lr_at(i, 12) for i in range(12)]
+    assert rates[:2] == pytest.approx([1e-3 / 3, 2e-3 / 3])  # linear warm-up
+    assert rates[2] == pytest.approx(1e-3)
+    assert all(a > b for a, b in zip(rates[2:], rates[3:], strict=False))
+    assert rates[-1] > 1e-4 and optim.lr_at(12, 12) == pytest.approx(1e-4)
+    assert OptimConfig(lr=1e-3).lr_at(7, 12) == 1e-3
+    with pytest.raises(ValueError, match="schedule must be"):
+        OptimConfig(schedule="step")
+
+
+def test_the_learning_rate_of_each_iteration_is_logged(tmp_path: Path) -> None:
+    run_training(_config("iterations=3", "optim.lr=0.002", "optim.schedule=cosine"), tmp_path / "r",
+                 progress=False)
+    with open(tmp_path / "r" / "metrics.csv") as f:
+        rates = [float(r["lr"]) for r in csv.DictReader(f) if r["lr"]]
+    assert rates == pytest.approx([0.002, 0.0015, 0.0005])

@@ -32,7 +32,7 @@ from .tree import rollout
 COLUMNS = (
     "iteration", "strategy", "window_start", "reward_mean", "reward_std", "reward_max",
     "exact_mean", "eval_reward", "eval_exact", "drift", "loss", "grpo_loss", "prm_loss", "kl",
-    "clip_frac", "clip_scale", "ratio_dev_max", "grad_norm", "skipped_updates", "nfe_rollout",
+    "clip_frac", "clip_scale", "ratio_dev_max", "grad_norm", "skipped_updates", "lr", "nfe_rollout",
     "nfe_train", "scored_images", "iteration_s", "wall_s",
 )
 SAMPLE_PAIRS = 16
@@ -166,6 +166,9 @@ class Trainer:
             targets.train_forwards.numel(), generator=torch.Generator().manual_seed(
                 c.seed * 7919 + iteration))]
         updates = min(c.optim.updates_per_iteration, max(1, order.numel()))
+        lr = c.optim.lr_at(iteration, c.iterations)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         totals = {"loss": 0.0, "grpo_loss": 0.0, "prm_loss": 0.0, "kl": 0.0}
         clipped, edges, dev_max, grad_norms, skipped, nfe_train = 0.0, 0, 0.0, [], 0, 0
         for k, chunk in enumerate(torch.tensor_split(order, updates)):
@@ -201,7 +204,7 @@ class Trainer:
             "exact_mean": float(scores.get("exact", rewards).float().mean()),
             **totals, "clip_frac": clipped / max(1, edges), "clip_scale": loss_cfg.clip.scale,
             "ratio_dev_max": dev_max, "grad_norm": float(np.mean(grad_norms)),
-            "skipped_updates": skipped, "nfe_rollout": tree.nfe, "nfe_train": nfe_train,
+            "skipped_updates": skipped, "lr": lr, "nfe_rollout": tree.nfe, "nfe_train": nfe_train,
             "scored_images": int(tree.leaf_node.numel()), "iteration_s": time.perf_counter() - start,
         }
 

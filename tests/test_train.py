@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -150,7 +151,7 @@ def test_cosine_schedule_lowers_the_learning_rate_to_its_floor() -> None:
     rates = [optim.lr_at(i, 12) for i in range(12)]
     assert rates[:2] == pytest.approx([1e-3 / 3, 2e-3 / 3])  # linear warm-up
     assert rates[2] == pytest.approx(1e-3)
-    assert all(a > b for a, b in zip(rates[2:], rates[3:], strict=False))
+    assert all(a > b for a, b in itertools.pairwise(rates[2:]))
     assert rates[-1] > 1e-4 and optim.lr_at(12, 12) == pytest.approx(1e-4)
     assert OptimConfig(lr=1e-3).lr_at(7, 12) == 1e-3
     with pytest.raises(ValueError, match="schedule must be"):

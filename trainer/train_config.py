@@ -7,7 +7,6 @@ Every [choice] of ALGORITHM.md is an option here or in the core configs it nests
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field, replace
 from typing import Literal
 

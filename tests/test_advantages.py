@@ -100,3 +100,17 @@ def test_advantages_are_clipped() -> None:
     values = torch.tensor([0.0] * 36 + [1.0])  # the outlier's z-score is 6
     out = normalise_in_groups(values, torch.zeros(37, dtype=torch.long), clip=5.0)
     assert out.max().item() == 5.0
+
+
+def test_parent_baseline_credits_a_step_only_with_what_it_changed(small_tree) -> None:
+    """Leaves 3, 4 share parent 1 and leaves 5, 6 parent 2: with the ``depth`` baseline leaf 5
+    (the better of its pair) is penalised for its parent's bad branch; ``parent`` credits it."""
+    rewards = torch.tensor([1.0, 0.8, 0.2, 0.0])
+    depth = edge_advantages(small_tree, rewards, "tree", "max", scale="none", baseline="depth")
+    parent = edge_advantages(small_tree, rewards, "tree", "max", scale="none", baseline="parent")
+    assert depth[4] < 0  # leaf 5
+    assert parent.tolist() == pytest.approx([0.4, -0.4, 0.1, -0.1, 0.1, -0.1], abs=1e-6)
+    scaled = edge_advantages(small_tree, rewards, "tree", "max", baseline="parent")
+    assert scaled.tolist() == pytest.approx([1.0, -1.0, 1.0, -1.0, 1.0, -1.0], abs=1e-5)
+    with pytest.raises(ValueError, match="unknown advantage baseline"):
+        edge_advantages(small_tree, rewards, baseline="grandparent")

@@ -22,6 +22,11 @@ AdvantageScale = Literal["std", "none"]
 """``std`` (GRPO): divide by the group's std. ``none`` (Dr. GRPO): centre only, so a group whose
 rewards barely differ (late steps of the schedule) gives a small gradient instead of unit-size
 advantages made of noise."""
+AdvantageBaseline = Literal["depth", "parent"]
+"""``depth`` (ALGORITHM.md): a node's value against every node of its prompt and depth. ``parent``:
+against its siblings' mean (the value of the state it was sampled from), so differences made by
+earlier branchings are not credited to this step; the result is scaled by its spread over the
+prompt and depth, as ``depth`` is."""
 STD_EPS = 1e-8
 
 
@@ -99,17 +104,34 @@ def depth_groups(tree: Tree) -> Tensor:
 
 
 def node_advantages(tree: Tree, values: Tensor, clip: float = 5.0,
-                    scale: AdvantageScale = "std") -> Tensor:
-    """Per node: its value normalised within its (prompt, depth) group, clipped."""
-    return normalise_in_groups(values, depth_groups(tree), clip, scale)
+                    scale: AdvantageScale = "std", baseline: AdvantageBaseline = "depth") -> Tensor:
+    """Per node: its value normalised within its (prompt, depth) group (``depth``), or centred on
+    its siblings and scaled by the group's spread of those differences (``parent``), clipped."""
+    if baseline == "depth":
+        return normalise_in_groups(values, depth_groups(tree), clip, scale)
+    if baseline != "parent":
+        raise ValueError(f"unknown advantage baseline {baseline!r}; expected 'depth' or 'parent'")
+    values = values.float()
+    parent = tree.node_parent.clone()
+    roots = parent < 0  # roots are no edge's child; give each its own group
+    parent[roots] = tree.num_nodes + torch.arange(int(roots.sum()))
+    sibling_mean, _ = group_stats(values, parent)
+    centred = values - sibling_mean
+    if scale == "std":
+        _, spread = group_stats(centred, depth_groups(tree))
+        centred = centred / (spread + STD_EPS)
+    elif scale != "none":
+        raise ValueError(f"unknown advantage scale {scale!r}; expected 'std' or 'none'")
+    return centred.clamp(-clip, clip) if clip is not None else centred
 
 
 def edge_advantages(tree: Tree, leaf_values: Tensor, mode: AdvantageMode = "tree",
                     value: NodeValue = "max", clip: float = 5.0,
-                    scale: AdvantageScale = "std") -> Tensor:
+                    scale: AdvantageScale = "std", baseline: AdvantageBaseline = "depth") -> Tensor:
     """Advantage of every edge of ``tree`` (``[E]``), by ``tree`` or ``leaf`` mode."""
     if mode == "tree":
-        return node_advantages(tree, node_values(tree, leaf_values, value), clip, scale)[tree.edge_child]
+        values = node_values(tree, leaf_values, value)
+        return node_advantages(tree, values, clip, scale, baseline)[tree.edge_child]
     if mode == "leaf":
         leaf_adv = normalise_in_groups(leaf_values.float().cpu(), tree.node_prompt[tree.leaf_node],
                                        clip, scale)

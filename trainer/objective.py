@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .advantages import (
+    AdvantageBaseline,
     AdvantageMode,
     AdvantageScale,
     NodeValue,
@@ -63,6 +64,7 @@ class LossConfig:
 
     advantage: AdvantageMode = "tree"
     advantage_scale: AdvantageScale = "std"
+    advantage_baseline: AdvantageBaseline = "depth"
     node_value: NodeValue = "max"
     adv_clip: float = 5.0
     clip: ClipConfig = field(default_factory=ClipConfig)
@@ -134,7 +136,7 @@ def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
     leaf_value = combine_rewards(rewards, leaf_prompt, reward_weights)
     values = node_values(tree, leaf_value, config.node_value)
     adv = edge_advantages(tree, leaf_value, config.advantage, config.node_value, config.adv_clip,
-                          config.advantage_scale)
+                          config.advantage_scale, config.advantage_baseline)
     low, high = clip_bounds(adv, config.clip)
 
     forwards = tree.trained_forwards

@@ -111,18 +111,12 @@ def node_advantages(tree: Tree, values: Tensor, clip: float = 5.0,
         return normalise_in_groups(values, depth_groups(tree), clip, scale)
     if baseline != "parent":
         raise ValueError(f"unknown advantage baseline {baseline!r}; expected 'depth' or 'parent'")
-    values = values.float()
     parent = tree.node_parent.clone()
     roots = parent < 0  # roots are no edge's child; give each its own group
     parent[roots] = tree.num_nodes + torch.arange(int(roots.sum()))
-    sibling_mean, _ = group_stats(values, parent)
-    centred = values - sibling_mean
-    if scale == "std":
-        _, spread = group_stats(centred, depth_groups(tree))
-        centred = centred / (spread + STD_EPS)
-    elif scale != "none":
-        raise ValueError(f"unknown advantage scale {scale!r}; expected 'std' or 'none'")
-    return centred.clamp(-clip, clip) if clip is not None else centred
+    centred = values.float() - group_stats(values.float(), parent)[0]
+    # a (prompt, depth) group holds whole sibling sets, so its centred values already have mean 0
+    return normalise_in_groups(centred, depth_groups(tree), clip, scale)
 
 
 def edge_advantages(tree: Tree, leaf_values: Tensor, mode: AdvantageMode = "tree",

@@ -10,6 +10,7 @@ import torch
 
 from trainer.flow import (
     Gaussian,
+    NoiseSubspace,
     dpm2m_step,
     flux_mu,
     gaussian_log_prob,
@@ -154,3 +155,79 @@ def test_score_scale_is_the_mean_derivative_over_std(kind: str) -> None:
         assert got[i].item() == pytest.approx(slope.abs().item() / dist.std.item(), rel=1e-5)
     if kind == "flow_grpo":
         assert got[5] > 5 * got[0]
+
+
+# ------------------------------------------------------------------ pooled (low-frequency) noise
+def test_pooled_noise_is_an_orthogonal_projection_onto_image_blocks() -> None:
+    gen = torch.Generator().manual_seed(5)
+    pooled = NoiseSubspace(pool=4, unshuffle=4)
+    x, y = torch.randn(2, 48, 8, 8, generator=gen), torch.randn(2, 48, 8, 8, generator=gen)
+    px = pooled.project(x)
+    torch.testing.assert_close(pooled.project(px), px)  # idempotent
+    assert float((px * y).sum()) == pytest.approx(float((x * pooled.project(y)).sum()), rel=1e-5)
+    image = torch.nn.functional.pixel_shuffle(px, 4)  # [2, 3, 32, 32]: constant on 4x4 pixel blocks
+    blocks = image.reshape(2, 3, 8, 4, 8, 4)
+    assert float((blocks - blocks[:, :, :, :1, :, :1]).abs().max()) < 1e-6
+    assert float(blocks.std()) > 0.1  # but not constant overall
+    assert NoiseSubspace().project(x) is x and NoiseSubspace(pool=2).fraction == 0.25
+    with pytest.raises(ValueError, match="does not divide"):
+        NoiseSubspace(pool=3).project(torch.randn(1, 1, 8, 8))
+
+
+def test_pooled_log_prob_is_the_density_of_the_block_coordinates() -> None:
+    gen = torch.Generator().manual_seed(6)
+    pooled = NoiseSubspace(pool=2)
+    dist = Gaussian(torch.randn(3, 2, 4, 4, generator=gen), torch.tensor([0.3, 0.5, 0.7]), pooled)
+    sample = dist.sample(torch.randn(3, 2, 4, 4, generator=gen))
+    # orthonormal coordinates of the subspace: each 2x2 block's sum / 2
+    coords = torch.nn.functional.avg_pool2d(sample - dist.mean, 2) * 2
+    ref = torch.stack([torch.distributions.Normal(0.0, dist.std[i]).log_prob(coords[i]).flatten()
+                       for i in range(3)])
+    torch.testing.assert_close(gaussian_log_prob(sample, dist), ref.mean(dim=1))
+    torch.testing.assert_close(gaussian_log_prob(sample, dist, "sum"), ref.sum(dim=1))
+    # what leaves the subspace (a detail inside the blocks) carries no density
+    detail = torch.tensor([[1.0, -1.0], [-1.0, 1.0]]).repeat(2, 2).expand(3, 2, 4, 4)
+    torch.testing.assert_close(gaussian_log_prob(sample + detail, dist), gaussian_log_prob(sample, dist))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pooled_step_is_the_sde_inside_the_blocks_and_the_ode_outside(kind: str) -> None:
+    gen = torch.Generator().manual_seed(7)
+    pooled = NoiseSubspace(pool=2)
+    x, v = torch.randn(4, 3, 4, 4, generator=gen), torch.randn(4, 3, 4, 4, generator=gen)
+    full = sde_transition(kind, x, v, 0.8, 0.6, 0.7)
+    part = sde_transition(kind, x, v, 0.8, 0.6, 0.7, pooled)
+    torch.testing.assert_close(part.std, full.std)
+    torch.testing.assert_close(pooled.project(part.mean), pooled.project(full.mean))
+    if kind != "cps":  # the flow SDEs' drift outside the noise is the Euler step's
+        euler = ode_step(x, v, 0.8, 0.6)
+        torch.testing.assert_close(part.mean - pooled.project(part.mean),
+                                   euler - pooled.project(euler))
+
+
+@pytest.mark.parametrize("pool", [1, 2])
+def test_pooled_sde_keeps_the_marginals_of_gaussian_data(pool: int) -> None:
+    """With data ``x0 ~ N(m, c^2)`` the exact velocity is known in closed form; many small SDE
+    steps from pure noise must keep ``x_s ~ N((1 - s) m, (1 - s)^2 c^2 + s^2)`` in every direction,
+    inside the noised blocks and outside them. Without the projected drift correction the
+    directions outside the blocks would shrink."""
+    m, c = 0.5, 0.4
+    gen = torch.Generator().manual_seed(8)
+    subspace = NoiseSubspace(pool=pool)
+
+    def velocity(x: torch.Tensor, s: float) -> torch.Tensor:
+        var = (1 - s) ** 2 * c**2 + s**2
+        centred = x - (1 - s) * m
+        return s / var * centred - (m + (1 - s) * c**2 / var * centred)
+
+    sigmas = torch.linspace(1.0, 0.3, 301).tolist()
+    x = torch.randn(4000, 1, 4, 4, generator=gen)
+    for s, s_next in itertools.pairwise(sigmas):
+        x, _ = sde_step("flow_grpo", x, velocity(x, s), s, s_next, 0.8,
+                        torch.randn(x.shape, generator=gen), subspace=subspace)
+    s = sigmas[-1]
+    centred = x - (1 - s) * m
+    expected = (1 - s) ** 2 * c**2 + s**2
+    inside = NoiseSubspace(pool=2).project(centred)
+    for part, dims in ((inside, 4), (centred - inside, 12)):  # 4 block directions, 12 others
+        assert float(part.pow(2).sum() / (x.shape[0] * dims)) == pytest.approx(expected, rel=0.05)

@@ -55,8 +55,9 @@ def test_layer_weight_and_ratio_spread() -> None:
     assert ratio_spread(torch.tensor([1.0, 1.1, 0.8, 1.0]), 1.0).item() == pytest.approx(0.2)
 
 
-def _setup(model, seeds=(0, 1), **loss_kw):
-    cfg = TreeConfig(steps=8, window_start=2, depth=2, branching=2, trees_per_prompt=2)
+def _setup(model, seeds=(0, 1), noise_pool=1, **loss_kw):
+    cfg = TreeConfig(steps=8, window_start=2, depth=2, branching=2, trees_per_prompt=2,
+                     noise_pool=noise_pool)
     plan = build_plan(cfg, make_sigmas("shift", 8))
     cond = torch.arange(len(seeds))
     with torch.no_grad():
@@ -66,8 +67,9 @@ def _setup(model, seeds=(0, 1), **loss_kw):
     return tree, cond, prepare_targets(tree, rewards, config), config
 
 
-def test_ratio_is_exactly_one_at_theta_old_and_gradients_flow(tiny_model) -> None:
-    tree, cond, targets, config = _setup(tiny_model, prm_lambda=0.0)
+@pytest.mark.parametrize("noise_pool", [1, 2])
+def test_ratio_is_exactly_one_at_theta_old_and_gradients_flow(tiny_model, noise_pool) -> None:
+    tree, cond, targets, config = _setup(tiny_model, prm_lambda=0.0, noise_pool=noise_pool)
     stats = backward_over_tree(tiny_model, cond, tree, targets, config)
     assert stats.ratio_dev_max == 0.0 and stats.clip_frac == 0.0
     assert stats.train_edges == 2 * 2 * (2 + 4) and stats.train_nfe == 2 * 2 * 3
@@ -76,8 +78,9 @@ def test_ratio_is_exactly_one_at_theta_old_and_gradients_flow(tiny_model) -> Non
         assert p.grad.abs().sum() > 0, f"no gradient reached {name} through log pi"
 
 
-def test_gradients_change_the_ratio_in_the_advantage_direction(tiny_model) -> None:
-    tree, cond, targets, config = _setup(tiny_model, prm_lambda=0.0,
+@pytest.mark.parametrize("noise_pool", [1, 2])
+def test_gradients_change_the_ratio_in_the_advantage_direction(tiny_model, noise_pool) -> None:
+    tree, cond, targets, config = _setup(tiny_model, prm_lambda=0.0, noise_pool=noise_pool,
                                          clip=ClipConfig(mode="none"))
     backward_over_tree(tiny_model, cond, tree, targets, config)
     with torch.no_grad():

@@ -135,6 +135,16 @@ def test_cli_bad_key_is_one_line(tmp_path: Path) -> None:
         "treerpo train: error: unknown key 'tree.dept' (did you mean 'tree.depth'?)"]
 
 
+def test_a_noise_pool_that_does_not_fit_the_image_fails_before_training(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "trainer", "train", "--out", str(tmp_path / "r"),
+                          "--set", "tree.noise_pool=3"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1] == (
+        "treerpo train: error: noise pool 3 does not divide the 64x64 image grid")
+    assert not (tmp_path / "r" / "metrics.csv").exists()
+
+
 def test_kl_to_the_base_model_is_logged_when_enabled(tmp_path: Path) -> None:
     run_training(_config("iterations=2", "loss.kl_beta=0.1", "optim.lr=0.01",
                          "optim.updates_per_iteration=1"), tmp_path / "kl",

@@ -163,3 +163,20 @@ def test_antithetic_siblings_draw_mirrored_noise_with_exact_log_probs() -> None:
     assert (offset[:, 2] + offset[:, 0]).abs().max() > 0.1  # the odd child draws its own noise
     lp = tree.edge_log_prob_old.reshape(-1, 3)
     torch.testing.assert_close(lp[:, 0], lp[:, 1], rtol=1e-5, atol=1e-6)
+
+
+def test_pooled_noise_moves_siblings_apart_only_in_image_blocks(tiny_model) -> None:
+    """With ``noise_pool`` the children of a node differ by block-constant noise: their mean
+    over each pool x pool block differs, their detail inside the blocks is the same."""
+    from dataclasses import replace
+
+    from trainer.flow import NoiseSubspace
+
+    with torch.no_grad():
+        tree, plan = _tree(tiny_model, cfg=replace(SMALL_TREE, noise_pool=2))
+    assert plan.noise == NoiseSubspace(pool=2)
+    first, second = tree.edge_x_child[0::2], tree.edge_x_child[1::2]  # sibling pairs
+    gap = first - second
+    assert float(plan.noise.project(gap).abs().min()) > 0  # every block of every pair differs
+    torch.testing.assert_close(gap - plan.noise.project(gap), torch.zeros_like(gap),
+                               atol=1e-5, rtol=0)

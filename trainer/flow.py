@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 ScheduleKind = Literal["linear", "shift", "flux"]
@@ -124,20 +125,87 @@ def sde_noise_scale(kind: SdeKind, sigma: Tensor, sigma_next: Tensor,
 
 
 @dataclass(frozen=True)
+class NoiseSubspace:
+    """Where the SDE step noise lives [choice]: in every latent element (``pool = 1``, the
+    anchors' isotropic noise), or only in the image's low frequencies: noise constant over
+    ``pool x pool`` blocks of the image grid, the covariance an orthogonal projector ``P``.
+
+    Why: the policy gradient of a step is ``eps . d mean / d theta`` summed over the noised
+    elements, and every element whose noise does not change the reward adds variance without
+    signal. Composition (which object, where, what colour) lives in the low frequencies, so
+    restricting exploration to them keeps the signal and drops most of that variance. The drift
+    correction is projected too, so the step still has the ODE's marginals (a constant noise
+    covariance ``P`` needs the score term ``P grad log p``). Elements outside the subspace move
+    deterministically and carry no density: log-probabilities are over the ``fraction * D``
+    dimensions of the subspace.
+
+    ``unshuffle``: the latent is ``pixel_unshuffle(image, unshuffle)`` (a pixel-space model), so
+    blocks are taken in image pixels; 1 for latents whose grid is already spatial (VAE latents).
+    """
+
+    pool: int = 1
+    unshuffle: int = 1
+
+    def __post_init__(self) -> None:
+        if self.pool < 1 or self.unshuffle < 1:
+            raise ValueError(f"noise pool and unshuffle must be >= 1, got {self.pool}, "
+                             f"{self.unshuffle}")
+
+    @property
+    def full(self) -> bool:
+        """True for isotropic noise (no projection)."""
+        return self.pool == 1
+
+    @property
+    def fraction(self) -> float:
+        """Dimensions of the subspace over all latent dimensions."""
+        return 1.0 / self.pool**2
+
+    def project(self, x: Tensor) -> Tensor:
+        """``P x``: average over each ``pool x pool`` image block, broadcast back ``[B, C, H, W]``."""
+        if self.full:
+            return x
+        if x.ndim != 4:
+            raise ValueError(f"pooled SDE noise needs [B, C, H, W] latents, got {tuple(x.shape)}")
+        image = F.pixel_shuffle(x, self.unshuffle) if self.unshuffle > 1 else x
+        h, w = image.shape[-2:]
+        if h % self.pool or w % self.pool:
+            raise ValueError(f"noise pool {self.pool} does not divide the {h}x{w} image grid")
+        low = F.avg_pool2d(image, self.pool)
+        low = low.repeat_interleave(self.pool, dim=-2).repeat_interleave(self.pool, dim=-1)
+        return F.pixel_unshuffle(low, self.unshuffle) if self.unshuffle > 1 else low
+
+
+FULL_NOISE = NoiseSubspace()
+
+
+@dataclass(frozen=True)
 class Gaussian:
-    """Transition density ``N(mean, std^2)`` of one SDE step; ``std`` is per sample ``[B]``."""
+    """Transition density of one SDE step: ``mean + std * P eps``; ``std`` is per sample ``[B]``,
+    ``P`` the projector of ``subspace`` (the identity for isotropic noise)."""
 
     mean: Tensor
     std: Tensor
+    subspace: NoiseSubspace = FULL_NOISE
+
+    def sample(self, eps: Tensor) -> Tensor:
+        """``mean + std * P eps`` for standard normal ``eps`` of the mean's shape."""
+        return self.mean + _per_sample(self.std, self.mean) * self.subspace.project(eps.float())
+
+    def rows(self, index: Tensor) -> Gaussian:
+        """The transitions of rows ``index`` (repeats allowed: siblings share a parent's)."""
+        return Gaussian(self.mean[index], self.std[index], self.subspace)
 
 
 def sde_transition(kind: SdeKind, x: Tensor, v: Tensor, sigma: Tensor | float,
-                   sigma_next: Tensor | float, noise_level: Tensor | float) -> Gaussian:
+                   sigma_next: Tensor | float, noise_level: Tensor | float,
+                   subspace: NoiseSubspace = FULL_NOISE) -> Gaussian:
     """Mean and std of ``x_next`` given ``x`` for the chosen SDE form (float32).
 
-    ``flow_grpo``/``dance``: ``mean = x - D (v + g^2 / (2 s) eps_hat)``, ``std = g sqrt(D)``.
-    ``cps`` (coefficient-preserving): ``mean = (1 - s') x0_hat + sqrt(s'^2 - std^2) eps_hat``,
-    ``std = s' sin(a pi/2)``. With noise level 0 each reduces to the Euler step.
+    ``flow_grpo``/``dance``: ``mean = x - D (v + g^2 / (2 s) P eps_hat)``, ``std = g sqrt(D)``.
+    ``cps`` (coefficient-preserving): ``mean = (1 - s') x0_hat + sqrt(s'^2 - std^2) P eps_hat
+    + s' (I - P) eps_hat``, ``std = s' sin(a pi/2)``. ``P`` is the noise subspace's projector
+    (the identity by default). With noise level 0 each reduces to the Euler step.
     """
     x, v = x.float(), v.float()
     batch = x.shape[0]
@@ -149,41 +217,50 @@ def sde_transition(kind: SdeKind, x: Tensor, v: Tensor, sigma: Tensor | float,
     if kind == "cps":
         x0_hat = predicted_x0(x, v, s)
         keep = torch.sqrt(torch.clamp(s_next**2 - g**2, min=0.0))
-        mean = _per_sample(1.0 - s_next, x) * x0_hat + _per_sample(keep, x) * eps_hat
-        return Gaussian(mean, g)
+        noised = subspace.project(eps_hat)
+        mean = (_per_sample(1.0 - s_next, x) * x0_hat + _per_sample(keep, x) * noised
+                + _per_sample(s_next, x) * (eps_hat - noised))
+        return Gaussian(mean, g, subspace)
     delta = s - s_next
-    drift = v + _per_sample(g**2 / (2.0 * s), x) * eps_hat
+    drift = v + _per_sample(g**2 / (2.0 * s), x) * subspace.project(eps_hat)
     mean = x - _per_sample(delta, x) * drift
-    return Gaussian(mean, g * torch.sqrt(delta))
+    return Gaussian(mean, g * torch.sqrt(delta), subspace)
 
 
 def gaussian_log_prob(sample: Tensor, dist: Gaussian, reduce: Literal["mean", "sum"] = "mean"
                       ) -> Tensor:
-    """Log-density of ``sample`` under ``dist``, reduced over latent elements per sample.
+    """Log-density of ``sample`` under ``dist``, reduced over the noised dimensions per sample.
 
     ``mean`` (default, as all anchors do) keeps ratios near 1; ``sum`` is the true density.
+    With a pooled noise subspace the density is that of ``P (sample - mean)`` over the
+    subspace's ``fraction * D`` dimensions.
     """
+    if reduce not in ("mean", "sum"):
+        raise ValueError(f"unknown log-prob reduction {reduce!r}; expected 'mean' or 'sum'")
     sample = sample.float()
     std = _per_sample(dist.std, sample)
-    elem = -((sample - dist.mean) ** 2) / (2.0 * std**2) - torch.log(std) - _LOG_SQRT_2PI
-    flat = elem.flatten(1)
-    if reduce == "mean":
-        return flat.mean(dim=1)
-    if reduce == "sum":
-        return flat.sum(dim=1)
-    raise ValueError(f"unknown log-prob reduction {reduce!r}; expected 'mean' or 'sum'")
+    if dist.subspace.full:
+        elem = -((sample - dist.mean) ** 2) / (2.0 * std**2) - torch.log(std) - _LOG_SQRT_2PI
+        flat = elem.flatten(1)
+        return flat.mean(dim=1) if reduce == "mean" else flat.sum(dim=1)
+    dims = sample[0].numel() * dist.subspace.fraction
+    residual = dist.subspace.project(sample - dist.mean)
+    square = (residual**2).flatten(1).sum(dim=1) / (2.0 * std.flatten() ** 2)
+    per_dim = -square / dims - torch.log(std.flatten()) - _LOG_SQRT_2PI
+    return per_dim if reduce == "mean" else per_dim * dims
 
 
 def sde_step(kind: SdeKind, x: Tensor, v: Tensor, sigma: Tensor | float,
              sigma_next: Tensor | float, noise_level: Tensor | float, noise: Tensor,
-             reduce: Literal["mean", "sum"] = "mean") -> tuple[Tensor, Tensor]:
-    """Draw ``x_next = mean + std * noise`` and return it with its log-probability.
+             reduce: Literal["mean", "sum"] = "mean",
+             subspace: NoiseSubspace = FULL_NOISE) -> tuple[Tensor, Tensor]:
+    """Draw ``x_next = mean + std * P noise`` and return it with its log-probability.
 
     ``noise`` is passed in (not drawn here) so that callers own all randomness.
     A zero noise level returns the Euler step and a log-probability of NaN (no density).
     """
-    dist = sde_transition(kind, x, v, sigma, sigma_next, noise_level)
-    x_next = dist.mean + _per_sample(dist.std, x) * noise.float()
+    dist = sde_transition(kind, x, v, sigma, sigma_next, noise_level, subspace)
+    x_next = dist.sample(noise)
     if bool((dist.std > 0).all()):
         log_prob = gaussian_log_prob(x_next, dist, reduce)
     else:

@@ -27,7 +27,7 @@ from .objective import LossConfig, backward_over_tree, prepare_targets
 from .rewards.registry import get_reward
 from .strategies import DanceGRPOConfig, build_plan, window_start
 from .train_config import TrainConfig
-from .tree import rollout
+from .tree import RolloutPlan, rollout
 
 COLUMNS = (
     "iteration", "strategy", "window_start", "reward_mean", "reward_std", "reward_max",
@@ -97,6 +97,8 @@ class Trainer:
                                     exclude=[p.prompt for p in self.eval_pairs])
         self.spread = ClipSpread()
         self._renders = clean_renders(self.eval_pairs)
+        # a bad window or noise pool fails here, in one line, before any model call
+        self.plan(0).noise.project(torch.zeros(1, *self.policy.latent_shape))
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
@@ -129,6 +131,13 @@ class Trainer:
         return metrics, images
 
     # ------------------------------------------------------------------ one iteration
+    def plan(self, iteration: int) -> RolloutPlan:
+        """The rollout plan of ``iteration`` (its window, and DanceGRPO's trained steps)."""
+        c = self.config
+        return build_plan(self.strategy, self.sigmas, self.window(iteration),
+                          seed=c.seed * 1_000_003 + iteration, log_prob_reduction=c.sampling.log_prob,
+                          noise_unshuffle=getattr(self.policy, "latent_unshuffle", 1))
+
     def window(self, iteration: int) -> int | None:
         if isinstance(self.strategy, DanceGRPOConfig):
             return None
@@ -149,9 +158,7 @@ class Trainer:
         start = time.perf_counter()
         prompts = self.prompts.prompts(iteration, c.data.prompts_per_iteration)
         seeds = iteration_seeds(c.seed, iteration, len(prompts))
-        start_step = self.window(iteration)
-        plan = build_plan(self.strategy, self.sigmas, start_step, seed=c.seed * 1_000_003 + iteration,
-                          log_prob_reduction=c.sampling.log_prob)
+        plan = self.plan(iteration)
         self.policy.eval()
         cond = self.policy.encode(prompts)
         tree = rollout(self.policy.velocity, cond, plan, seeds, self.policy.latent_shape,

@@ -211,13 +211,13 @@ def microbatch_loss(velocity: VelocityFn, cond: Cond, tree: Tree, targets: Train
     rows = select_rows(cond, tree.fwd_prompt[forwards])
     v = velocity(x, sigma, rows).float()
     dist = sde_transition(tree.plan.sde_kind, x, v, sigma, tree.fwd_sigma_next[forwards],
-                          tree.fwd_noise_level[forwards])
+                          tree.fwd_noise_level[forwards], tree.plan.noise)
 
     local = torch.full((tree.fwd_node.numel(),), -1, dtype=torch.long)
     local[forwards] = torch.arange(forwards.numel())
     edges = ((local[tree.edge_forward] >= 0) & tree.edge_train).nonzero().flatten()
     pos = local[tree.edge_forward[edges]].to(x.device)
-    edge_dist = Gaussian(dist.mean[pos], dist.std[pos])
+    edge_dist = dist.rows(pos)
     log_prob = gaussian_log_prob(tree.edge_x_child[edges], edge_dist, tree.plan.log_prob_reduction)
     dev = x.device
     parts = grpo_edge_loss(log_prob, tree.edge_log_prob_old[edges].to(dev),
@@ -249,7 +249,7 @@ def microbatch_loss(velocity: VelocityFn, cond: Cond, tree: Tree, targets: Train
         with torch.no_grad():
             v_ref = reference(x, sigma, rows).float()
         ref = sde_transition(tree.plan.sde_kind, x, v_ref, sigma, tree.fwd_sigma_next[forwards],
-                             tree.fwd_noise_level[forwards])
+                             tree.fwd_noise_level[forwards], tree.plan.noise)
         share = targets.fwd_scale[forwards].to(dev) / max(1, targets.train_forwards.numel())
         kl = (gaussian_kl_same_std(dist.mean, ref.mean, dist.std) * share).sum()
 
@@ -264,7 +264,8 @@ def _step_regression(tree: Tree, x: Tensor, v: Tensor, dist: Gaussian, target: T
     take under the model's step (``logprob``), or as the raw velocity MSE."""
     if config.prm_scale == "logprob":
         aim = sde_transition(tree.plan.sde_kind, x, target, tree.fwd_sigma[forwards].to(x.device),
-                             tree.fwd_sigma_next[forwards], tree.fwd_noise_level[forwards]).mean
+                             tree.fwd_sigma_next[forwards], tree.fwd_noise_level[forwards],
+                             tree.plan.noise).mean
         return gaussian_kl_same_std(dist.mean, aim.detach(), dist.std)
     return velocity_mse(v, target)
 
@@ -280,7 +281,7 @@ def _renoise_loss(velocity: VelocityFn, tree: Tree, targets: TrainTargets, best:
     x, target = renoised(targets.best_x0[prompt].to(dev), targets.renoise[best].to(dev), sigma)
     v = velocity(x, sigma, select_rows(rows, keep.nonzero().flatten().to(dev))).float()
     dist = sde_transition(tree.plan.sde_kind, x, v, sigma, tree.fwd_sigma_next[best],
-                          tree.fwd_noise_level[best])
+                          tree.fwd_noise_level[best], tree.plan.noise)
     per_node = _step_regression(tree, x, v, dist, target, best, config)
     return (per_node * targets.fwd_prm_weight[best].to(dev)).sum()
 

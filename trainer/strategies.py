@@ -15,6 +15,7 @@ from typing import Literal
 import numpy as np
 from torch import Tensor
 
+from .flow import NoiseSubspace
 from .tree import RolloutPlan, StepOp
 
 Tail = Literal["euler", "dpm2m"]
@@ -31,6 +32,8 @@ class TreeConfig:
     (linear in depth [paper], clamped [choice]). ``tail``: Euler, or DPM-Solver++(2M) with
     ``max(1, round(tail_compression * remaining))`` steps (MixGRPO-Flash style).
     ``antithetic``: siblings draw mirrored noise ``(eps, -eps)`` [choice] (see ``tree._branch_noise``).
+    ``noise_pool``: SDE noise constant over ``pool x pool`` image blocks, 1 = isotropic [choice]
+    (see ``flow.NoiseSubspace``).
     """
 
     steps: int = 25
@@ -45,6 +48,7 @@ class TreeConfig:
     tail: Tail = "euler"
     tail_compression: float = 0.4
     antithetic: bool = False
+    noise_pool: int = 1
 
     @property
     def leaves_per_tree(self) -> int:
@@ -63,6 +67,7 @@ class MixGRPOConfig:
     ``share_trunk`` computes the identical pre-window ODE trunk once per prompt instead of
     ``group_size`` times (the published code recomputes it). ``flash`` replaces the post-window
     Euler tail by DPM-Solver++(2M) with ``round(tail_compression * remaining)`` steps.
+    ``noise_pool`` as in :class:`TreeConfig`.
     """
 
     steps: int = 25
@@ -74,6 +79,7 @@ class MixGRPOConfig:
     share_trunk: bool = False
     flash: bool = False
     tail_compression: float = 0.4
+    noise_pool: int = 1
 
     @property
     def max_window_start(self) -> int:
@@ -83,7 +89,8 @@ class MixGRPOConfig:
 @dataclass(frozen=True)
 class DanceGRPOConfig:
     """DanceGRPO: ``group_size`` trajectories from one shared noise, SDE (constant ``eta``) at
-    every step but the last, a random ``train_fraction`` of the first ``T - 1`` steps trained."""
+    every step but the last, a random ``train_fraction`` of the first ``T - 1`` steps trained.
+    ``noise_pool`` as in :class:`TreeConfig`."""
 
     steps: int = 16
     group_size: int = 12
@@ -91,6 +98,7 @@ class DanceGRPOConfig:
     train_fraction: float = 0.6
     share_initial_noise: bool = True
     sde_kind: str = "dance"
+    noise_pool: int = 1
 
 
 StrategyConfig = TreeConfig | MixGRPOConfig | DanceGRPOConfig
@@ -149,7 +157,8 @@ def _tail_ops(sigmas: list[float], start: int, solver: Tail, compression: float)
 
 # ------------------------------------------------------------------------------ plans
 def tree_plan(config: TreeConfig, sigmas: Tensor, window_start: int | None = None,
-              log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
+              log_prob_reduction: Literal["mean", "sum"] = "mean",
+              noise_unshuffle: int = 1) -> RolloutPlan:
     """Trunk ODE to ``l``, ``d`` branching SDE layers, then the tail, for ``M`` trees."""
     grid = _check_grid(sigmas, config.steps)
     if config.depth < 1 or config.branching < 1 or config.trees_per_prompt < 1:
@@ -164,11 +173,13 @@ def tree_plan(config: TreeConfig, sigmas: Tensor, window_start: int | None = Non
     return RolloutPlan("dynamic_treerpo", tuple(ops), config.trees_per_prompt,
                        shared_root_noise=False, antithetic=config.antithetic,
                        sde_kind=config.sde_kind,
-                       window_start=start, log_prob_reduction=log_prob_reduction)
+                       window_start=start, log_prob_reduction=log_prob_reduction,
+                       noise=NoiseSubspace(config.noise_pool, noise_unshuffle))
 
 
 def mixgrpo_plan(config: MixGRPOConfig, sigmas: Tensor, window_start: int | None = None,
-                 log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
+                 log_prob_reduction: Literal["mean", "sum"] = "mean",
+                 noise_unshuffle: int = 1) -> RolloutPlan:
     """ODE trunk, an SDE window of ``window_size`` trained steps, an ODE (or 2M) tail."""
     grid = _check_grid(sigmas, config.steps)
     start = config.window_start if window_start is None else window_start
@@ -184,7 +195,8 @@ def mixgrpo_plan(config: MixGRPOConfig, sigmas: Tensor, window_start: int | None
     ops += _tail_ops(grid, start + config.window_size, tail, config.tail_compression)
     return RolloutPlan(strategy_name(config), tuple(ops), 1 if config.share_trunk else g,
                        shared_root_noise=True, sde_kind=config.sde_kind, window_start=start,
-                       log_prob_reduction=log_prob_reduction)
+                       log_prob_reduction=log_prob_reduction,
+                       noise=NoiseSubspace(config.noise_pool, noise_unshuffle))
 
 
 def dancegrpo_train_steps(config: DanceGRPOConfig, seed: int) -> list[int]:
@@ -194,7 +206,8 @@ def dancegrpo_train_steps(config: DanceGRPOConfig, seed: int) -> list[int]:
 
 
 def dancegrpo_plan(config: DanceGRPOConfig, sigmas: Tensor, seed: int = 0,
-                   log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
+                   log_prob_reduction: Literal["mean", "sum"] = "mean",
+                   noise_unshuffle: int = 1) -> RolloutPlan:
     """SDE with constant noise at steps ``0 .. T-2``, a deterministic last step."""
     grid = _check_grid(sigmas, config.steps)
     if config.steps < 2:
@@ -205,19 +218,21 @@ def dancegrpo_plan(config: DanceGRPOConfig, sigmas: Tensor, seed: int = 0,
     ops.append(StepOp(grid[-2], grid[-1]))
     return RolloutPlan("dancegrpo", tuple(ops), config.group_size,
                        shared_root_noise=config.share_initial_noise, sde_kind=config.sde_kind,
-                       window_start=0, log_prob_reduction=log_prob_reduction)
+                       window_start=0, log_prob_reduction=log_prob_reduction,
+                       noise=NoiseSubspace(config.noise_pool, noise_unshuffle))
 
 
 def build_plan(config: StrategyConfig, sigmas: Tensor, window_start: int | None = None,
-               seed: int = 0, log_prob_reduction: Literal["mean", "sum"] = "mean"
-               ) -> RolloutPlan:
-    """Dispatch to the plan of ``config``'s strategy."""
+               seed: int = 0, log_prob_reduction: Literal["mean", "sum"] = "mean",
+               noise_unshuffle: int = 1) -> RolloutPlan:
+    """Dispatch to the plan of ``config``'s strategy. ``noise_unshuffle``: the policy's
+    ``latent_unshuffle`` (pixel-space latents), so that pooled noise pools image pixels."""
     if isinstance(config, TreeConfig):
-        return tree_plan(config, sigmas, window_start, log_prob_reduction)
+        return tree_plan(config, sigmas, window_start, log_prob_reduction, noise_unshuffle)
     if isinstance(config, MixGRPOConfig):
-        return mixgrpo_plan(config, sigmas, window_start, log_prob_reduction)
+        return mixgrpo_plan(config, sigmas, window_start, log_prob_reduction, noise_unshuffle)
     if isinstance(config, DanceGRPOConfig):
-        return dancegrpo_plan(config, sigmas, seed, log_prob_reduction)
+        return dancegrpo_plan(config, sigmas, seed, log_prob_reduction, noise_unshuffle)
     raise TypeError(f"not a strategy config: {type(config).__name__}")
 
 

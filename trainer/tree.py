@@ -21,8 +21,9 @@ from torch import Tensor
 
 from .cond import Cond, index_tensor, select_rows
 from .flow import (
+    FULL_NOISE,
     SDE_KINDS,
-    Gaussian,
+    NoiseSubspace,
     dpm2m_step,
     gaussian_log_prob,
     ode_step,
@@ -64,6 +65,7 @@ class RolloutPlan:
     sde_kind: str = "flow_grpo"
     window_start: int = 0
     log_prob_reduction: Literal["mean", "sum"] = "mean"
+    noise: NoiseSubspace = FULL_NOISE
 
     def __post_init__(self) -> None:
         if self.roots_per_prompt < 1:
@@ -326,13 +328,13 @@ def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence
             continue
         prev_x0, prev_sigma = None, None
         parents = x.shape[0]
-        dist = sde_transition(plan.sde_kind, x, v, op.sigma, op.sigma_next, op.noise_level)
+        dist = sde_transition(plan.sde_kind, x, v, op.sigma, op.sigma_next, op.noise_level,
+                              plan.noise)
         b = op.branch
         per_prompt = torch.bincount(active_prompt, minlength=num_prompts) * b
         eps = _branch_noise(gens, per_prompt.tolist(), latent_shape, dev, b, plan.antithetic)
-        child_dist = Gaussian(dist.mean.repeat_interleave(b, 0), dist.std.repeat_interleave(b))
-        std = child_dist.std.reshape(-1, *([1] * len(latent_shape)))
-        x_child = child_dist.mean + std * eps
+        child_dist = dist.rows(torch.arange(parents, device=dev).repeat_interleave(b))
+        x_child = child_dist.sample(eps)
         log_prob = gaussian_log_prob(x_child, child_dist, plan.log_prob_reduction)
 
         first_child = len(node_parent)

@@ -94,6 +94,8 @@ class EmbeddedPolicy(nn.Module):
         self.tokenizer = tokenizer
         self.spec = dict(spec or EMBEDDED_SPEC)
         self.latent_shape: tuple[int, ...] = tuple(self.spec["latent_shape"])
+        # pixel space: the latent is the image pixel-unshuffled (pooled SDE noise pools pixels)
+        self.latent_unshuffle = PIXEL_UNSHUFFLE
         self.min_sigma = float(self.spec["min_sigma"])
         self._cache: dict[str, tuple[Tensor, Tensor]] = {}
 

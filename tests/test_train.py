@@ -18,7 +18,7 @@ from trainer.loop import COLUMNS
 from trainer.models.embedded import EmbeddedPolicy, image_ids, pack
 from trainer.run import resolve_config, run_training
 from trainer.sample import load_lora_file
-from trainer.train_config import TrainConfig
+from trainer.train_config import OptimConfig, TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [
@@ -156,7 +156,6 @@ def test_kl_to_the_base_model_is_logged_when_enabled(tmp_path: Path) -> None:
 
 
 def test_cosine_schedule_lowers_the_learning_rate_to_its_floor() -> None:
-    from trainer.train_config import OptimConfig
     optim = OptimConfig(lr=1e-3, schedule="cosine", warmup=2, min_lr_ratio=0.1)
     rates = [optim.lr_at(i, 12) for i in range(12)]
     assert rates[:2] == pytest.approx([1e-3 / 3, 2e-3 / 3])  # linear warm-up
@@ -174,3 +173,19 @@ def test_the_learning_rate_of_each_iteration_is_logged(tmp_path: Path) -> None:
     with open(tmp_path / "r" / "metrics.csv") as f:
         rates = [float(r["lr"]) for r in csv.DictReader(f) if r["lr"]]
     assert rates == pytest.approx([0.002, 0.0015, 0.0005])
+
+
+def test_epochs_reuse_each_rollout_and_see_moved_ratios(tmp_path: Path) -> None:
+    rows = {}
+    for epochs in (1, 2):
+        out = tmp_path / f"e{epochs}"
+        run_training(_config("iterations=1", "optim.updates_per_iteration=1", "optim.lr=0.01",
+                             f"optim.epochs={epochs}"), out, progress=False)
+        with open(out / "metrics.csv") as f:
+            rows[epochs] = next(r for r in csv.DictReader(f) if r["nfe_train"])
+    assert int(rows[2]["nfe_train"]) == 2 * int(rows[1]["nfe_train"])
+    assert float(rows[1]["ratio_dev_max"]) == 0.0  # one pass: every ratio is taken at theta_old
+    assert float(rows[2]["ratio_dev_max"]) > 0.0  # the second pass sees the updated policy
+    assert rows[1]["reward_mean"] == rows[2]["reward_mean"]  # the same rollout
+    with pytest.raises(ValueError, match="epochs must be >= 1"):
+        OptimConfig(epochs=0)

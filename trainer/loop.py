@@ -169,16 +169,17 @@ class Trainer:
 
         loss_cfg = self.loss_config()
         targets = prepare_targets(tree, rewards, loss_cfg, seed=c.seed * 1_000_033 + iteration)
-        order = targets.train_forwards[torch.randperm(
-            targets.train_forwards.numel(), generator=torch.Generator().manual_seed(
-                c.seed * 7919 + iteration))]
-        updates = min(c.optim.updates_per_iteration, max(1, order.numel()))
+        shuffle = torch.Generator().manual_seed(c.seed * 7919 + iteration)
+        forwards = targets.train_forwards
+        updates = min(c.optim.updates_per_iteration, max(1, forwards.numel()))
+        chunks = [chunk for _ in range(c.optim.epochs) for chunk in torch.tensor_split(
+            forwards[torch.randperm(forwards.numel(), generator=shuffle)], updates)]
         lr = c.optim.lr_at(iteration, c.iterations)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         totals = {"loss": 0.0, "grpo_loss": 0.0, "prm_loss": 0.0, "kl": 0.0}
         clipped, edges, dev_max, grad_norms, skipped, nfe_train = 0.0, 0, 0.0, [], 0, 0
-        for k, chunk in enumerate(torch.tensor_split(order, updates)):
+        for k, chunk in enumerate(chunks):
             if k > 0:  # ratios have moved: re-centre the clip bounds on their measured spread
                 loss_cfg = self.loss_config()
                 low, high = clip_bounds(targets.edge_advantage, loss_cfg.clip)

@@ -47,6 +47,8 @@ class OptimConfig:
     """AdamW with gradient clipping; ``updates_per_iteration`` optimizer steps per rollout.
 
     With more than one update, later updates see ratios away from 1, which is when clipping acts.
+    ``epochs``: passes over each rollout's trained forwards (PPO-style reuse; each pass reshuffled
+    and split into ``updates_per_iteration`` updates) [choice].
     ``schedule``: the learning rate of iteration ``i`` of ``iterations`` is ``lr`` (``constant``) or
     ``lr`` times a cosine from 1 down to ``min_lr_ratio`` (``cosine``), after ``warmup`` iterations
     of linear warm-up; it is a function of the iteration alone, so a resumed run gets the same rates.
@@ -57,6 +59,7 @@ class OptimConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = 1.0
     updates_per_iteration: int = 2
+    epochs: int = 1
     schedule: Literal["constant", "cosine"] = "constant"
     warmup: int = 0
     min_lr_ratio: float = 0.0
@@ -66,6 +69,8 @@ class OptimConfig:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.updates_per_iteration < 1:
             raise ValueError("updates_per_iteration must be >= 1")
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
         if self.schedule not in ("constant", "cosine"):
             raise ValueError(f"schedule must be 'constant' or 'cosine', got {self.schedule!r}")
         if self.warmup < 0:

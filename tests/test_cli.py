@@ -8,6 +8,8 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -50,3 +52,52 @@ def test_bad_input_is_one_line_and_exit_2() -> None:
 def test_console_script_is_registered() -> None:
     scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
     assert scripts.get("treerpo") == "trainer.cli:main"
+
+
+def _write_scene_folder(folder: Path, prompts: list[str]) -> None:
+    import numpy as np
+    from PIL import Image
+
+    from trainer.embedded.scenes import layout, parse_prompt, render
+
+    folder.mkdir()
+    for i, prompt in enumerate(prompts):
+        image = render(layout(parse_prompt(prompt), np.random.default_rng(i)))
+        Image.fromarray((np.asarray(image).transpose(1, 2, 0) * 255).round().astype(np.uint8)).save(
+            folder / f"{i:02d}.png")
+    noise = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(folder / "99_noise.png")
+
+
+def test_score_prints_each_image_and_the_mean(tmp_path: Path) -> None:
+    prompts = ["two red circles", "a blue square on the left and a green triangle on the right"]
+    _write_scene_folder(tmp_path / "images", prompts)
+    (tmp_path / "prompts.txt").write_text("\n".join([*prompts, "a yellow circle"]) + "\n")
+    out = _run("score", "--reward", "scene", "--images", str(tmp_path / "images"),
+               "--prompts", str(tmp_path / "prompts.txt"))
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("\t") for line in out.stdout.strip().splitlines()]
+    assert rows[0] == ["image", "scene"]
+    scores = {name: float(value) for name, value in rows[1:]}
+    assert list(scores) == ["00.png", "01.png", "99_noise.png", "mean"]
+    assert scores["00.png"] >= 0.95 and scores["01.png"] >= 0.95  # clean renders
+    assert scores["99_noise.png"] <= 0.1
+    assert scores["mean"] == pytest.approx(sum(list(scores.values())[:3]) / 3, abs=2e-4)
+
+
+def test_score_bad_input_is_one_line(tmp_path: Path) -> None:
+    _write_scene_folder(tmp_path / "images", ["two red circles"])
+    one = tmp_path / "one.txt"
+    one.write_text("two red circles\n")
+    cases = [
+        (["--reward", "scene", "--images", str(tmp_path / "images"), "--prompts", str(one)],
+         "2 images in"),
+        (["--reward", "scene,hps", "--images", str(tmp_path / "images"), "--prompts", str(one)],
+         "unknown reward 'hps'"),
+        (["--reward", "scene", "--images", str(tmp_path / "none"), "--prompts", str(one)],
+         "image folder not found"),
+    ]
+    for args, message in cases:
+        out = _run("score", *args)
+        assert out.returncode == 2
+        assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr

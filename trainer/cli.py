@@ -93,6 +93,29 @@ def _run_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_score(sub: argparse._SubParsersAction) -> None:
+    from .rewards.registry import reward_names
+
+    p = sub.add_parser("score", help="score a folder of images against their prompts",
+                       description="Print each image's reward and the mean. Images are read in "
+                                   "file-name order, with one prompt per image.")
+    p.add_argument("--reward", required=True, metavar="NAME[,NAME...]",
+                   help=f"reward(s) by name: {', '.join(reward_names())}")
+    p.add_argument("--images", type=Path, required=True, help="folder of images (png, jpg, webp, bmp)")
+    p.add_argument("--prompts", type=Path, required=True,
+                   help="prompt file, one line per image in file-name order")
+    p.set_defaults(func=_run_score)
+
+
+def _run_score(args: argparse.Namespace) -> int:
+    from .evaluate import read_prompt_file
+    from .score import format_scores, score_folder
+
+    files, scores = score_folder(args.reward, args.images, read_prompt_file(args.prompts))
+    print(format_scores(files, scores))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="treerpo", description="Dynamic-TreeRPO for flow-matching "
                                      "text-to-image models.")
@@ -100,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_nfe(sub)
     _add_train(sub)
     _add_sample(sub)
+    _add_score(sub)
     return parser
 
 

@@ -161,16 +161,22 @@ class NoiseSubspace:
         """Dimensions of the subspace over all latent dimensions."""
         return 1.0 / self.pool**2
 
+    def check(self, latent_shape: tuple[int, ...]) -> None:
+        """Raise a one-line error unless the blocks tile the image of ``[C, H, W]`` latents."""
+        if self.full:
+            return
+        if len(latent_shape) != 3:
+            raise ValueError(f"pooled SDE noise needs [C, H, W] latents, got {tuple(latent_shape)}")
+        h, w = (side * self.unshuffle for side in latent_shape[-2:])
+        if h % self.pool or w % self.pool:
+            raise ValueError(f"noise pool {self.pool} does not divide the {h}x{w} image grid")
+
     def project(self, x: Tensor) -> Tensor:
         """``P x``: average over each ``pool x pool`` image block, broadcast back ``[B, C, H, W]``."""
         if self.full:
             return x
-        if x.ndim != 4:
-            raise ValueError(f"pooled SDE noise needs [B, C, H, W] latents, got {tuple(x.shape)}")
+        self.check(tuple(x.shape[1:]))
         image = F.pixel_shuffle(x, self.unshuffle) if self.unshuffle > 1 else x
-        h, w = image.shape[-2:]
-        if h % self.pool or w % self.pool:
-            raise ValueError(f"noise pool {self.pool} does not divide the {h}x{w} image grid")
         low = F.avg_pool2d(image, self.pool)
         low = low.repeat_interleave(self.pool, dim=-2).repeat_interleave(self.pool, dim=-1)
         return F.pixel_unshuffle(low, self.unshuffle) if self.unshuffle > 1 else low
@@ -218,8 +224,9 @@ def sde_transition(kind: SdeKind, x: Tensor, v: Tensor, sigma: Tensor | float,
         x0_hat = predicted_x0(x, v, s)
         keep = torch.sqrt(torch.clamp(s_next**2 - g**2, min=0.0))
         noised = subspace.project(eps_hat)
-        mean = (_per_sample(1.0 - s_next, x) * x0_hat + _per_sample(keep, x) * noised
-                + _per_sample(s_next, x) * (eps_hat - noised))
+        mean = _per_sample(1.0 - s_next, x) * x0_hat + _per_sample(keep, x) * noised
+        if not subspace.full:  # outside the noise, the deterministic step keeps all of eps_hat
+            mean = mean + _per_sample(s_next, x) * (eps_hat - noised)
         return Gaussian(mean, g, subspace)
     delta = s - s_next
     drift = v + _per_sample(g**2 / (2.0 * s), x) * subspace.project(eps_hat)

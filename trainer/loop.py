@@ -98,7 +98,7 @@ class Trainer:
         self.spread = ClipSpread()
         self._renders = clean_renders(self.eval_pairs)
         # a bad window or noise pool fails here, in one line, before any model call
-        self.plan(0).noise.project(torch.zeros(1, *self.policy.latent_shape))
+        self.plan(0).noise.check(tuple(self.policy.latent_shape))
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -157,8 +157,7 @@ def _tail_ops(sigmas: list[float], start: int, solver: Tail, compression: float)
 
 # ------------------------------------------------------------------------------ plans
 def tree_plan(config: TreeConfig, sigmas: Tensor, window_start: int | None = None,
-              log_prob_reduction: Literal["mean", "sum"] = "mean",
-              noise_unshuffle: int = 1) -> RolloutPlan:
+              log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
     """Trunk ODE to ``l``, ``d`` branching SDE layers, then the tail, for ``M`` trees."""
     grid = _check_grid(sigmas, config.steps)
     if config.depth < 1 or config.branching < 1 or config.trees_per_prompt < 1:
@@ -174,12 +173,11 @@ def tree_plan(config: TreeConfig, sigmas: Tensor, window_start: int | None = Non
                        shared_root_noise=False, antithetic=config.antithetic,
                        sde_kind=config.sde_kind,
                        window_start=start, log_prob_reduction=log_prob_reduction,
-                       noise=NoiseSubspace(config.noise_pool, noise_unshuffle))
+                       noise=NoiseSubspace(config.noise_pool))
 
 
 def mixgrpo_plan(config: MixGRPOConfig, sigmas: Tensor, window_start: int | None = None,
-                 log_prob_reduction: Literal["mean", "sum"] = "mean",
-                 noise_unshuffle: int = 1) -> RolloutPlan:
+                 log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
     """ODE trunk, an SDE window of ``window_size`` trained steps, an ODE (or 2M) tail."""
     grid = _check_grid(sigmas, config.steps)
     start = config.window_start if window_start is None else window_start
@@ -196,7 +194,7 @@ def mixgrpo_plan(config: MixGRPOConfig, sigmas: Tensor, window_start: int | None
     return RolloutPlan(strategy_name(config), tuple(ops), 1 if config.share_trunk else g,
                        shared_root_noise=True, sde_kind=config.sde_kind, window_start=start,
                        log_prob_reduction=log_prob_reduction,
-                       noise=NoiseSubspace(config.noise_pool, noise_unshuffle))
+                       noise=NoiseSubspace(config.noise_pool))
 
 
 def dancegrpo_train_steps(config: DanceGRPOConfig, seed: int) -> list[int]:
@@ -206,8 +204,7 @@ def dancegrpo_train_steps(config: DanceGRPOConfig, seed: int) -> list[int]:
 
 
 def dancegrpo_plan(config: DanceGRPOConfig, sigmas: Tensor, seed: int = 0,
-                   log_prob_reduction: Literal["mean", "sum"] = "mean",
-                   noise_unshuffle: int = 1) -> RolloutPlan:
+                   log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
     """SDE with constant noise at steps ``0 .. T-2``, a deterministic last step."""
     grid = _check_grid(sigmas, config.steps)
     if config.steps < 2:
@@ -219,7 +216,7 @@ def dancegrpo_plan(config: DanceGRPOConfig, sigmas: Tensor, seed: int = 0,
     return RolloutPlan("dancegrpo", tuple(ops), config.group_size,
                        shared_root_noise=config.share_initial_noise, sde_kind=config.sde_kind,
                        window_start=0, log_prob_reduction=log_prob_reduction,
-                       noise=NoiseSubspace(config.noise_pool, noise_unshuffle))
+                       noise=NoiseSubspace(config.noise_pool))
 
 
 def build_plan(config: StrategyConfig, sigmas: Tensor, window_start: int | None = None,
@@ -228,12 +225,16 @@ def build_plan(config: StrategyConfig, sigmas: Tensor, window_start: int | None 
     """Dispatch to the plan of ``config``'s strategy. ``noise_unshuffle``: the policy's
     ``latent_unshuffle`` (pixel-space latents), so that pooled noise pools image pixels."""
     if isinstance(config, TreeConfig):
-        return tree_plan(config, sigmas, window_start, log_prob_reduction, noise_unshuffle)
-    if isinstance(config, MixGRPOConfig):
-        return mixgrpo_plan(config, sigmas, window_start, log_prob_reduction, noise_unshuffle)
-    if isinstance(config, DanceGRPOConfig):
-        return dancegrpo_plan(config, sigmas, seed, log_prob_reduction, noise_unshuffle)
-    raise TypeError(f"not a strategy config: {type(config).__name__}")
+        plan = tree_plan(config, sigmas, window_start, log_prob_reduction)
+    elif isinstance(config, MixGRPOConfig):
+        plan = mixgrpo_plan(config, sigmas, window_start, log_prob_reduction)
+    elif isinstance(config, DanceGRPOConfig):
+        plan = dancegrpo_plan(config, sigmas, seed, log_prob_reduction)
+    else:
+        raise TypeError(f"not a strategy config: {type(config).__name__}")
+    if noise_unshuffle == plan.noise.unshuffle:
+        return plan
+    return replace(plan, noise=replace(plan.noise, unshuffle=noise_unshuffle))
 
 
 # ------------------------------------------------------------------------------ window

@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
+# the OCR reward's engine; --no-deps because its wheel asks for the non-headless opencv-python
+RAPIDOCR ?= rapidocr-onnxruntime==1.4.4
 
 COMFYUI ?= .comfyui
 
@@ -14,7 +16,8 @@ $(VENV)/.installed: pyproject.toml requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -r requirements.txt -e ".[test]"
+	$(PY) -m pip install --quiet -r requirements.txt -e ".[test,ocr]"
+	$(PY) -m pip install --quiet --no-deps $(RAPIDOCR)
 	touch $@
 
 # A real ComfyUI (git-ignored) for the node pack's tests: scripts/install_comfyui.py says how.

@@ -85,6 +85,26 @@ def test_score_prints_each_image_and_the_mean(tmp_path: Path) -> None:
     assert scores["mean"] == pytest.approx(sum(list(scores.values())[:3]) / 3, abs=2e-4)
 
 
+def test_score_with_the_ocr_reward_reads_rendered_words(tmp_path: Path) -> None:
+    from PIL import Image, ImageDraw, ImageFont
+
+    folder = tmp_path / "words"
+    folder.mkdir()
+    words = ["OPEN", "COFFEE"]
+    for i, word in enumerate(words):
+        image = Image.new("RGB", (256, 96), "white")
+        ImageDraw.Draw(image).text((16, 20), word, fill="black", font=ImageFont.load_default(size=48))
+        image.save(folder / f"{i}.png")
+    # the second prompt asks for another word than the image shows
+    (tmp_path / "p.txt").write_text('a sign that says "OPEN"\na mug that says "TEA"\n')
+    out = _run("score", "--reward", "ocr", "--images", str(folder), "--prompts", str(tmp_path / "p.txt"))
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("\t") for line in out.stdout.strip().splitlines()]
+    assert rows[0] == ["image", "ocr"]
+    assert float(rows[1][1]) == 1.0 and float(rows[2][1]) <= 0.5
+    assert float(rows[3][1]) == pytest.approx((float(rows[1][1]) + float(rows[2][1])) / 2, abs=1e-4)
+
+
 def test_score_bad_input_is_one_line(tmp_path: Path) -> None:
     _write_scene_folder(tmp_path / "images", ["two red circles"])
     one = tmp_path / "one.txt"
@@ -96,6 +116,12 @@ def test_score_bad_input_is_one_line(tmp_path: Path) -> None:
          "unknown reward 'hps'"),
         (["--reward", "scene", "--images", str(tmp_path / "none"), "--prompts", str(one)],
          "image folder not found"),
+        (["--reward", "hps-v2.1", "--images", str(tmp_path / "images"), "--prompts", str(one)],
+         "reward 'hps-v2.1' needs its weights: give a local PATH"),
+        (["--reward", "scene", "--weights", str(tmp_path), "--images", str(tmp_path / "images"),
+          "--prompts", str(one)], "has no reward to go to"),
+        (["--reward", "scene:-1", "--images", str(tmp_path / "images"), "--prompts", str(one)],
+         "reward weight of 'scene' must be > 0"),
     ]
     for args, message in cases:
         out = _run("score", *args)

@@ -189,3 +189,44 @@ def test_epochs_reuse_each_rollout_and_see_moved_ratios(tmp_path: Path) -> None:
     assert rows[1]["reward_mean"] == rows[2]["reward_mean"]  # the same rollout
     with pytest.raises(ValueError, match="epochs must be >= 1"):
         OptimConfig(epochs=0)
+
+
+def test_full_fine_tuning_trains_every_weight_exports_a_transformer_and_resumes(tmp_path: Path) -> None:
+    from diffusers import FluxTransformer2DModel
+
+    full = ["lora.enabled=false", "optim.lr=1e-4"]
+    straight = tmp_path / "straight"
+    run_training(_config("iterations=2", *full), straight, progress=False)
+    exported = FluxTransformer2DModel.from_pretrained(straight / "lora" / "transformer")
+    base = EmbeddedPolicy.from_pretrained().transformer
+    moved = [name for name, p in exported.named_parameters()
+             if not torch.equal(p, base.get_parameter(name))]
+    # not a LoRA: weights outside the attention/MLP projections move too (norms, embedders)
+    assert any("norm" in n for n in moved) and any("embedder" in n for n in moved)
+    split = tmp_path / "split"
+    run_training(_config("iterations=1", *full), split, progress=False)
+    run_training(resolve_config(None, ["iterations=2"], split, resume=True), split, resume=True,
+                 progress=False)
+    a = load_file(straight / "checkpoints/iter_000002/lora.safetensors")
+    b = load_file(split / "checkpoints/iter_000002/lora.safetensors")
+    assert a.keys() == b.keys() and len(a) == len(dict(base.named_parameters()))
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+
+
+def test_a_training_prompt_file_lends_held_out_prompts_and_drops_drift(tmp_path: Path) -> None:
+    from trainer.loop import Trainer
+
+    prompts = ["a red circle", "a blue square", "a green triangle", "two red circles",
+               "a yellow square on the left", "a blue circle at the top"]
+    file = tmp_path / "prompts.txt"
+    file.write_text("\n".join(prompts) + "\n")
+    config = _config(f"data.prompts={file}", "data.eval_pairs=2")
+    trainer = Trainer(config)
+    held_out = {p.prompt for p in trainer.eval_pairs}
+    assert len(held_out) == 2 and held_out <= set(prompts)
+    assert trainer.prompts.pool is not None and held_out.isdisjoint(trainer.prompts.pool)
+    assert set(trainer.prompts.pool) | held_out == set(prompts)
+    metrics, _ = trainer.evaluate()
+    assert "eval_reward" in metrics and "drift" not in metrics  # no ideal renders for a file's prompts
+    with pytest.raises(ValueError, match=r"holding out data\.eval_pairs=6 .* leaves none to train on"):
+        Trainer(_config(f"data.prompts={file}", "data.eval_pairs=6"))

@@ -99,8 +99,12 @@ def _add_score(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("score", help="score a folder of images against their prompts",
                        description="Print each image's reward and the mean. Images are read in "
                                    "file-name order, with one prompt per image.")
-    p.add_argument("--reward", required=True, metavar="NAME[,NAME...]",
-                   help=f"reward(s) by name: {', '.join(reward_names())}")
+    p.add_argument("--reward", required=True, metavar="NAME[:W][,NAME[:W]...]",
+                   help=f"reward(s) by name: {', '.join(reward_names())}; an optional weight W "
+                        "sets the reward's share in the weighted column")
+    p.add_argument("--weights", nargs="+", action="extend", default=[], metavar="PATH",
+                   help="local weights of the model rewards, in the order of --reward (or NAME=PATH)")
+    p.add_argument("--device", default="cpu", help="device of the reward models (default %(default)s)")
     p.add_argument("--images", type=Path, required=True, help="folder of images (png, jpg, webp, bmp)")
     p.add_argument("--prompts", type=Path, required=True,
                    help="prompt file, one line per image in file-name order")
@@ -111,7 +115,8 @@ def _run_score(args: argparse.Namespace) -> int:
     from .evaluate import read_prompt_file
     from .score import format_scores, score_folder
 
-    files, scores = score_folder(args.reward, args.images, read_prompt_file(args.prompts))
+    files, scores = score_folder(args.reward, args.images, read_prompt_file(args.prompts),
+                                 weights=args.weights, device=args.device)
     print(format_scores(files, scores))
     return 0
 
@@ -132,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (ValueError, TypeError, FileNotFoundError) as err:
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
         print(f"treerpo {args.command}: error: {err}", file=sys.stderr)
         return 2
 

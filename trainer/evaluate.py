@@ -34,6 +34,28 @@ def held_out_pairs(count: int, seed: int) -> list[EvalPair]:
     return [EvalPair(spec_to_prompt(sample_spec(rng)), seed * 100_003 + i) for i in range(count)]
 
 
+def pairs_from_prompts(prompts: Sequence[str], count: int, seed: int) -> list[EvalPair]:
+    """``count`` pairs cycling through ``prompts`` (a prompt seen again gets another seed)."""
+    return [EvalPair(prompts[i % len(prompts)], seed * 100_003 + i) for i in range(count)]
+
+
+def eval_pairs_for(prompts: str, eval_prompts: str | None, count: int, seed: int) -> list[EvalPair]:
+    """The held-out set of a run: generated scenes, an evaluation prompt file, or (with a training
+    prompt file and no evaluation file) ``count`` distinct prompts drawn from the training file,
+    which :class:`PromptSource` then leaves out of training."""
+    if eval_prompts is not None:
+        return pairs_from_prompts(read_prompt_file(eval_prompts), count, seed)
+    if prompts == "scenes":
+        return held_out_pairs(count, seed)
+    pool = list(dict.fromkeys(read_prompt_file(prompts)))
+    if len(pool) <= count:
+        raise ValueError(f"prompt file {prompts} has {len(pool)} distinct prompts; holding out "
+                         f"data.eval_pairs={count} for evaluation leaves none to train on: give "
+                         "data.eval_prompts (a held-out prompt file) or lower data.eval_pairs")
+    picked = np.random.default_rng(seed).choice(len(pool), size=count, replace=False)
+    return pairs_from_prompts([pool[int(i)] for i in picked], count, seed)
+
+
 def read_prompt_file(path: str | Path) -> list[str]:
     """Non-empty, non-comment lines of a prompt file; a bad file is a one-line error."""
     file = Path(path)
@@ -87,7 +109,7 @@ def generate(policy: Policy, prompts: Sequence[str], seeds: Sequence[int], sigma
     """Images ``[N, 3, H, W]`` for prompt/seed pairs, by ODE sampling."""
     cond = policy.encode(list(prompts))
     tree = rollout(policy.velocity, cond, ode_plan(sigmas), list(seeds), policy.latent_shape,
-                   max_batch=max_batch)
+                   max_batch=max_batch, device=getattr(policy, "device", None))
     return policy.decode(tree.leaf_latents)
 
 
@@ -106,8 +128,8 @@ def drift_loss(policy: Policy, renders: Tensor, prompts: Sequence[str], seed: in
     """
     gen = torch.Generator().manual_seed(seed)
     x0 = policy_latents(policy, renders)
-    sigma = torch.linspace(0.1, 0.9, x0.shape[0])
-    eps = torch.randn(x0.shape, generator=gen)
+    sigma = torch.linspace(0.1, 0.9, x0.shape[0]).to(x0.device)
+    eps = torch.randn(x0.shape, generator=gen).to(x0.device)  # drawn on the CPU: same on any device
     s = sigma.reshape(-1, *([1] * (x0.ndim - 1)))
     x = (1 - s) * x0 + s * eps
     total = 0.0

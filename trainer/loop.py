@@ -18,13 +18,22 @@ import torch
 
 from .checkpoint import load_latest, save_checkpoint
 from .config_io import save_config
-from .evaluate import PromptSource, clean_renders, drift_loss, evaluate, held_out_pairs
+from .evaluate import PromptSource, clean_renders, drift_loss, eval_pairs_for, evaluate
 from .flow import make_sigmas
-from .lora import attach_lora, load_lora_state, lora_state_dict, save_lora_files
+from .full_export import save_full_transformer
+from .lora import (
+    COMFYUI_PREFIX,
+    DIFFUSERS_MODEL_PREFIX,
+    attach_lora,
+    load_lora_state,
+    lora_state_dict,
+    save_lora_files,
+)
 from .losses import clip_bounds, ratio_spread
 from .models.embedded import EmbeddedPolicy
 from .objective import LossConfig, backward_over_tree, prepare_targets
-from .rewards.registry import get_reward
+from .policy import Policy
+from .rewards.mix import RewardMix
 from .strategies import DanceGRPOConfig, build_plan, window_start
 from .train_config import TrainConfig
 from .tree import RolloutPlan, rollout
@@ -38,13 +47,48 @@ COLUMNS = (
 SAMPLE_PAIRS = 16
 
 
-def load_policy(config: TrainConfig) -> EmbeddedPolicy:
-    """The model named by the config, with a fresh LoRA attached."""
-    if config.model.kind != "embedded":
-        raise ValueError(f"unknown model kind {config.model.kind!r}")
-    policy = EmbeddedPolicy.from_pretrained(config.model.path)
-    attach_lora(policy.transformer, config.lora.rank, config.lora.alpha, config.lora.targets,
-                seed=config.seed)
+def resolve_device(name: str) -> torch.device:
+    """``auto``: the first CUDA device when there is one, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"model.device is {name!r} but this machine has no CUDA device")
+    return device
+
+
+def build_policy(config: TrainConfig) -> Policy:
+    """The model named by ``config.model`` (no adapter yet)."""
+    m = config.model
+    if not m.cudnn_attention and resolve_device(m.device).type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)  # see ModelConfig.cudnn_attention
+    if m.kind == "embedded":
+        return EmbeddedPolicy.from_pretrained(m.path).to(resolve_device(m.device))
+    options: dict[str, Any] = dict(height=m.height, width=m.width, dtype=m.dtype,
+                                   device=resolve_device(m.device), offload=m.offload,
+                                   gradient_checkpointing=m.gradient_checkpointing,
+                                   decode_batch=m.decode_batch, transformer_file=m.transformer_file)
+    if m.guidance is not None:
+        options["guidance"] = m.guidance
+    if m.max_sequence_length is not None:
+        options["max_sequence_length"] = m.max_sequence_length
+    if m.kind == "flux":
+        from .models.flux import FluxPolicy
+
+        return FluxPolicy.from_pretrained(m.path, **options)
+    from .models.sd3 import SD3Policy
+
+    return SD3Policy.from_pretrained(m.path, **options)
+
+
+def load_policy(config: TrainConfig) -> Policy:
+    """The model named by the config, with a fresh LoRA attached (or all weights trainable)."""
+    policy = build_policy(config)
+    if config.lora.enabled:
+        attach_lora(policy.transformer, config.lora.rank, config.lora.alpha, config.lora.targets,
+                    seed=config.seed)
+    else:
+        policy.transformer.requires_grad_(True)
     return policy
 
 
@@ -82,21 +126,28 @@ class Trainer:
     def __init__(self, config: TrainConfig) -> None:
         torch.set_num_threads(config.threads)
         self.config = config
+        # rewards first: a missing reward file fails in seconds, before a large model loads
+        self.reward = RewardMix(config.reward, config.reward_weights, resolve_device(config.model.device))
         self.policy = load_policy(config)
         self.params = list(self.policy.trainable_parameters())
         o = config.optim
         self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
-        self.reward = get_reward(config.reward)
+        self.device = getattr(self.policy, "device", torch.device("cpu"))
+        # a model with classifier-free guidance runs two rows per latent: count both
+        self.forwards_per_row = int(getattr(self.policy, "forwards_per_row", 1))
         self.strategy = config.strategy_config
+        tokens = int(getattr(self.policy, "image_tokens", 64))
         self.sigmas = make_sigmas(config.sampling.schedule, self.strategy.steps, config.sampling.shift,
-                                  image_tokens=64)
+                                  image_tokens=tokens)
         self.eval_sigmas = make_sigmas(config.sampling.schedule, config.sampling.eval_steps,
-                                       config.sampling.shift, image_tokens=64)
-        self.eval_pairs = held_out_pairs(config.data.eval_pairs, config.data.eval_seed)
-        self.prompts = PromptSource(config.data.prompts, config.seed,
-                                    exclude=[p.prompt for p in self.eval_pairs])
+                                       config.sampling.shift, image_tokens=tokens)
+        d = config.data
+        self.eval_pairs = eval_pairs_for(d.prompts, d.eval_prompts, d.eval_pairs, d.eval_seed)
+        self.prompts = PromptSource(d.prompts, config.seed, exclude=[p.prompt for p in self.eval_pairs])
         self.spread = ClipSpread()
-        self._renders = clean_renders(self.eval_pairs)
+        # drift (flow loss on ideal renders) exists where renders do: the embedded model's scenes
+        scene_eval = d.prompts == "scenes" and d.eval_prompts is None and config.model.kind == "embedded"
+        self._renders = clean_renders(self.eval_pairs) if scene_eval else None
         # a bad window or noise pool fails here, in one line, before any model call
         self.plan(0).noise.check(tuple(self.policy.latent_shape))
 
@@ -105,8 +156,18 @@ class Trainer:
         return {"clip_ema": -1.0 if self.spread.ema is None else self.spread.ema,
                 "torch_rng": torch.get_rng_state()}
 
+    def trained_state(self) -> dict[str, torch.Tensor]:
+        """What a checkpoint keeps of the model: the LoRA, or every weight when fully fine-tuned."""
+        transformer = self.policy.transformer
+        if self.config.lora.enabled:
+            return lora_state_dict(transformer)
+        return {k: v.detach().clone().contiguous() for k, v in transformer.state_dict().items()}
+
     def restore(self, lora: dict, optimizer: dict, state: dict) -> None:
-        load_lora_state(self.policy.transformer, lora)
+        if self.config.lora.enabled:
+            load_lora_state(self.policy.transformer, lora)
+        else:
+            self.policy.transformer.load_state_dict(lora, strict=True)
         self.optimizer.load_state_dict(optimizer)
         ema = float(state.get("clip_ema", -1.0))
         self.spread.ema = None if ema < 0 else ema
@@ -126,8 +187,10 @@ class Trainer:
         self.policy.eval()
         metrics, images = evaluate(self.policy, self.eval_pairs, self.eval_sigmas, self.reward,
                                    self.config.max_batch)
-        metrics["drift"] = drift_loss(self.policy, self._renders, [p.prompt for p in self.eval_pairs],
-                                      max_batch=self.config.max_batch)
+        if self._renders is not None:
+            metrics["drift"] = drift_loss(self.policy, self._renders.to(self.device),
+                                          [p.prompt for p in self.eval_pairs],
+                                          max_batch=self.config.max_batch)
         return metrics, images
 
     # ------------------------------------------------------------------ one iteration
@@ -162,13 +225,17 @@ class Trainer:
         self.policy.eval()
         cond = self.policy.encode(prompts)
         tree = rollout(self.policy.velocity, cond, plan, seeds, self.policy.latent_shape,
-                       max_batch=c.max_batch)
-        leaf_prompts = [prompts[int(p)] for p in tree.node_prompt[tree.leaf_node]]
-        scores = self.reward(self.policy.decode(tree.leaf_latents), leaf_prompts)
+                       max_batch=c.max_batch, device=self.device)
+        leaf_prompt = tree.node_prompt[tree.leaf_node]
+        leaf_prompts = [prompts[int(p)] for p in leaf_prompt]
+        with torch.no_grad():
+            scores = self.reward(self.policy.decode(tree.leaf_latents), leaf_prompts)
         rewards = scores["reward"].float().cpu()
+        # several rewards: each normalised within the prompt's images, then weighted (MixGRPO)
+        values = self.reward.training_signal(scores, leaf_prompt)
 
         loss_cfg = self.loss_config()
-        targets = prepare_targets(tree, rewards, loss_cfg, seed=c.seed * 1_000_033 + iteration)
+        targets = prepare_targets(tree, values, loss_cfg, seed=c.seed * 1_000_033 + iteration)
         shuffle = torch.Generator().manual_seed(c.seed * 7919 + iteration)
         forwards = targets.train_forwards
         updates = min(c.optim.updates_per_iteration, max(1, forwards.numel()))
@@ -209,15 +276,21 @@ class Trainer:
             "iteration": iteration + 1, "strategy": c.strategy, "window_start": plan.window_start,
             "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std(unbiased=False)),
             "reward_max": float(rewards.max()),
-            "exact_mean": float(scores.get("exact", rewards).float().mean()),
+            "exact_mean": float(scores["exact"].float().mean()) if "exact" in scores else None,
             **totals, "clip_frac": clipped / max(1, edges), "clip_scale": loss_cfg.clip.scale,
             "ratio_dev_max": dev_max, "grad_norm": float(np.mean(grad_norms)),
-            "skipped_updates": skipped, "lr": lr, "nfe_rollout": tree.nfe, "nfe_train": nfe_train,
+            "skipped_updates": skipped, "lr": lr, "nfe_rollout": tree.nfe * self.forwards_per_row,
+            "nfe_train": nfe_train * self.forwards_per_row,
             "scored_images": int(tree.leaf_node.numel()), "iteration_s": time.perf_counter() - start,
         }
 
     def export(self, folder: Path) -> dict[str, Path]:
-        return save_lora_files(folder, self.policy.transformer)
+        """The LoRA in ComfyUI and diffusers formats, or the whole fine-tuned transformer."""
+        if not self.config.lora.enabled:
+            return save_full_transformer(folder, self.policy.transformer)
+        embedded = self.config.model.kind == "embedded"
+        return save_lora_files(folder, self.policy.transformer,
+                               COMFYUI_PREFIX if embedded else DIFFUSERS_MODEL_PREFIX)
 
 
 def save_resolved_config(config: TrainConfig, run_dir: Path) -> None:
@@ -225,7 +298,7 @@ def save_resolved_config(config: TrainConfig, run_dir: Path) -> None:
 
 
 def checkpoint(trainer: Trainer, run_dir: Path, iteration: int, wall_s: float) -> None:
-    save_checkpoint(run_dir / "checkpoints", iteration, lora_state_dict(trainer.policy.transformer),
+    save_checkpoint(run_dir / "checkpoints", iteration, trainer.trained_state(),
                     trainer.optimizer.state_dict(), {**trainer.state(), "wall_s": wall_s})
 
 

@@ -1,9 +1,12 @@
 """LoRA on a diffusers transformer (peft): attach, read, load, and export in the formats users load.
 
 Exports:
-- ComfyUI: its generic keys ``diffusion_model.<module>.lora_down.weight`` / ``lora_up.weight``
-  plus an ``.alpha`` tensor per module, ``<module>`` being the diffusers module path (the pack's
-  embedded model in ComfyUI is that transformer, so ``LoraLoaderModelOnly`` finds every layer).
+- ComfyUI: ``<prefix><module>.lora_down.weight`` / ``lora_up.weight`` plus an ``.alpha`` tensor
+  per module, ``<module>`` being the diffusers module path. The prefix is ``diffusion_model.`` for
+  the embedded model (in ComfyUI it is that diffusers transformer, so ``LoraLoaderModelOnly`` finds
+  every layer) and ``transformer.`` for FLUX.1 and SD3, whose ComfyUI models have their own layout:
+  ComfyUI maps ``transformer.<diffusers module>`` onto it (its ``flux_to_diffusers`` /
+  ``mmdit_to_diffusers`` tables, q/k/v slices of fused layers included).
   ComfyUI ignores safetensors metadata and scales by ``alpha / rank`` only when an ``.alpha``
   tensor is present, so the tensor is what keeps the strength right.
 - diffusers: ``pytorch_lora_weights.safetensors`` written by diffusers itself, with the adapter
@@ -75,14 +78,18 @@ COMFYUI_PREFIX = "diffusion_model."
 _COMFYUI_NAMES = {"lora_A": "lora_down", "lora_B": "lora_up"}
 
 
-def comfyui_state(state: Mapping[str, Tensor], alpha: float) -> dict[str, Tensor]:
-    """peft keys (``<module>.lora_A.weight``) to ComfyUI's generic keys, plus ``.alpha`` tensors."""
+DIFFUSERS_MODEL_PREFIX = "transformer."
+
+
+def comfyui_state(state: Mapping[str, Tensor], alpha: float,
+                  prefix: str = COMFYUI_PREFIX) -> dict[str, Tensor]:
+    """peft keys (``<module>.lora_A.weight``) to ComfyUI's keys under ``prefix``, plus ``.alpha``."""
     out: dict[str, Tensor] = {}
     for key, value in state.items():
         module, rest = key.rsplit(".lora_", 1)
         name, suffix = rest.split(".", 1)
-        out[f"{COMFYUI_PREFIX}{module}.{_COMFYUI_NAMES['lora_' + name]}.{suffix}"] = value
-        out[f"{COMFYUI_PREFIX}{module}.alpha"] = torch.tensor(float(alpha))
+        out[f"{prefix}{module}.{_COMFYUI_NAMES['lora_' + name]}.{suffix}"] = value
+        out[f"{prefix}{module}.alpha"] = torch.tensor(float(alpha))
     return out
 
 
@@ -92,7 +99,7 @@ def from_comfyui_state(state: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], 
     weights: dict[str, Tensor] = {}
     alphas: dict[str, float] = {}
     for key, value in state.items():
-        key = key.removeprefix(COMFYUI_PREFIX)
+        key = key.removeprefix(COMFYUI_PREFIX).removeprefix(DIFFUSERS_MODEL_PREFIX)
         if key.endswith(".alpha"):
             alphas[key[: -len(".alpha")]] = float(value)
             continue
@@ -101,7 +108,8 @@ def from_comfyui_state(state: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], 
     return weights, alphas
 
 
-def save_lora_files(folder: str | os.PathLike[str], transformer: nn.Module) -> dict[str, Path]:
+def save_lora_files(folder: str | os.PathLike[str], transformer: nn.Module,
+                    comfyui_prefix: str = COMFYUI_PREFIX) -> dict[str, Path]:
     """Write the ComfyUI and diffusers files of the transformer's adapter, each atomically."""
     from diffusers import FluxPipeline
 
@@ -110,7 +118,7 @@ def save_lora_files(folder: str | os.PathLike[str], transformer: nn.Module) -> d
     state = lora_state_dict(transformer)
     rank, alpha = lora_scale(transformer)
     comfy = folder / COMFYUI_FILE
-    atomic_save_safetensors(comfyui_state(state, alpha), comfy,
+    atomic_save_safetensors(comfyui_state(state, alpha, comfyui_prefix), comfy,
                             metadata={"format": "pt", "lora_rank": str(rank), "lora_alpha": str(alpha)})
     metadata = next(iter(transformer.peft_config.values())).to_dict()
     with tempfile.TemporaryDirectory(dir=folder) as tmp:

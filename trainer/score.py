@@ -14,7 +14,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
-from .rewards.registry import get_reward
+from .rewards.mix import RewardMix, bind_weights, parse_reward_spec
 
 IMAGE_SUFFIXES: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 
@@ -48,28 +48,28 @@ def load_images(files: Sequence[Path]) -> Tensor:
     return torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).contiguous()
 
 
-def parse_reward_names(spec: str) -> list[str]:
-    """``"a,b"`` -> ``["a", "b"]``; empty names and repeats are errors."""
-    names = [n.strip() for n in spec.split(",")]
-    if not all(names):
-        raise ValueError(f"empty reward name in {spec!r}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"reward named twice in {spec!r}")
-    return names
-
-
-def score_folder(reward_spec: str, folder: str | Path, prompts: Sequence[str]
+def score_folder(reward_spec: str, folder: str | Path, prompts: Sequence[str],
+                 weights: Sequence[str] = (), device: str = "cpu"
                  ) -> tuple[list[Path], dict[str, Tensor]]:
-    """Each reward's score ``[B]`` for the folder's images, in file-name order."""
-    names = parse_reward_names(reward_spec)
-    rewards = {name: get_reward(name) for name in names}  # unknown names fail before any work
+    """Each reward's score ``[B]`` for the folder's images, in file-name order.
+
+    ``weights``: the ``--weights`` items (``PATH`` or ``NAME=PATH``). With several rewards a
+    ``weighted`` column adds the weighted sum of the raw scores.
+    """
+    names = [t.name for t in parse_reward_spec(reward_spec)]  # bad names fail before any work
+    paths = bind_weights(names, weights)
     files = image_files(folder)
     if len(prompts) != len(files):
         raise ValueError(f"{len(files)} images in {folder} but {len(prompts)} prompts: "
                          "give one prompt per image, in file-name order")
     images = load_images(files)
-    return files, {name: fn(images, list(prompts))["reward"].float().cpu()
-                   for name, fn in rewards.items()}
+    mix = RewardMix(reward_spec, paths, device)
+    out = mix(images.to(device), list(prompts))
+    if len(names) == 1:
+        return files, {names[0]: out["reward"].float().cpu()}
+    scores = {name: out[f"reward_{name}"].float().cpu() for name in names}
+    scores["weighted"] = out["reward"].float().cpu()
+    return files, scores
 
 
 def format_scores(files: Sequence[Path], scores: dict[str, Tensor]) -> str:

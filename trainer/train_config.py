@@ -18,16 +18,55 @@ Strategy = Literal["dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo"]
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Which model to fine-tune. ``path`` None means the embedded default shipped in the package."""
+    """Which model to fine-tune, from local weights (nothing is downloaded).
 
-    kind: Literal["embedded"] = "embedded"
+    ``kind``: ``embedded`` (the small default shipped in the package; ``path`` None means those
+    weights), ``flux`` (FLUX.1-dev/schnell) or ``sd3`` (SD3/SD3.5), whose ``path`` is a local
+    diffusers folder; ``transformer_file`` optionally replaces its transformer with a single-file
+    checkpoint. The other keys apply to ``flux``/``sd3``: ``dtype`` of the weights (the SDE math is
+    float32), ``device`` (``auto``: CUDA when present), image size, ``guidance`` (FLUX's guidance
+    embedding, SD3's classifier-free guidance scale; None: the model's default, 3.5 and 4.5),
+    ``max_sequence_length`` of T5 (None: the pipeline's), ``offload`` of text encoders and VAE to
+    CPU between uses, ``gradient_checkpointing`` and ``decode_batch`` (VAE decode rows per call).
+    ``cudnn_attention``: let attention use PyTorch's cuDNN backend on CUDA. Off by default: with
+    torch 2.11 / cuDNN 9.19 on an H200 it failed FLUX's LoRA backward with an illegal memory access
+    (docs/models.md); the flash and memory-efficient backends ran it.
+    """
+
+    kind: Literal["embedded", "flux", "sd3"] = "embedded"
     path: str | None = None
+    transformer_file: str | None = None
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    device: str = "auto"
+    height: int = 512
+    width: int = 512
+    guidance: float | None = None
+    max_sequence_length: int | None = None
+    offload: bool = False
+    gradient_checkpointing: bool = False
+    decode_batch: int = 4
+    cudnn_attention: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("embedded", "flux", "sd3"):
+            raise ValueError(f"model kind must be 'embedded', 'flux' or 'sd3', got {self.kind!r}")
+        if self.kind != "embedded" and not self.path:
+            raise ValueError(f"model.path is required for kind {self.kind!r}: a local diffusers folder")
+        if self.height % 16 or self.width % 16 or self.height < 16 or self.width < 16:
+            raise ValueError(f"image size must be a positive multiple of 16, got {self.height}x{self.width}")
+        if self.decode_batch < 1:
+            raise ValueError(f"decode_batch must be >= 1, got {self.decode_batch}")
 
 
 @dataclass(frozen=True)
 class LoraSettings:
-    """LoRA on the transformer (peft). ``alpha / rank`` is the strength written into exports."""
+    """LoRA on the transformer (peft). ``alpha / rank`` is the strength written into exports.
 
+    ``enabled`` false trains every transformer weight instead (full fine-tuning; the export is the
+    whole transformer in safetensors, and the KL term is unavailable: there is no frozen reference).
+    """
+
+    enabled: bool = True
     rank: int = 16
     alpha: float = 16.0
     targets: tuple[str, ...] = (
@@ -133,9 +172,15 @@ class ClipSpreadConfig:
 @dataclass(frozen=True)
 class DataConfig:
     """Training prompts (``scenes``: generated; or a text file, one prompt per line) and the
-    held-out evaluation set of prompt/seed pairs (never used for training)."""
+    held-out evaluation set of prompt/seed pairs (never used for training).
+
+    ``eval_prompts``: a prompt file of held-out prompts; None takes generated scenes when
+    ``prompts`` is ``scenes``, else ``eval_pairs`` prompts drawn from the training file and removed
+    from training.
+    """
 
     prompts: str = "scenes"
+    eval_prompts: str | None = None
     prompts_per_iteration: int = 64
     eval_pairs: int = 128
     eval_seed: int = 12345
@@ -149,7 +194,12 @@ class DataConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     """A training run. ``iterations`` and ``checkpoint_every`` are top-level on purpose
-    (``--set iterations=2`` makes a short run)."""
+    (``--set iterations=2`` makes a short run).
+
+    ``reward``: a registered name, or several with weights (``hps-v2.1:0.7,pickscore:0.3``: each is
+    normalised within its prompt's images, then weighted [choice]); ``reward_weights``: the local
+    weights path of each model reward, by name.
+    """
 
     iterations: int = 32
     checkpoint_every: int = 8
@@ -157,6 +207,7 @@ class TrainConfig:
     threads: int = 2
     max_batch: int = 64
     reward: str = "scene"
+    reward_weights: dict[str, str] = field(default_factory=dict)
     strategy: Strategy = "dynamic_treerpo"
     model: ModelConfig = field(default_factory=ModelConfig)
     lora: LoraSettings = field(default_factory=LoraSettings)
@@ -180,6 +231,15 @@ class TrainConfig:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+        from .rewards.mix import parse_reward_spec
+
+        terms = {t.name for t in parse_reward_spec(self.reward)}  # a bad name fails at load time
+        stray = sorted(set(self.reward_weights) - terms)
+        if stray:
+            raise ValueError(f"reward_weights names {stray[0]!r}, which is not in reward {self.reward!r}")
+        if not self.lora.enabled and self.loss.kl_beta > 0:
+            raise ValueError("loss.kl_beta > 0 needs a LoRA (lora.enabled: true): full fine-tuning "
+                             "keeps no frozen reference model")
 
     @property
     def strategy_config(self) -> StrategyConfig:

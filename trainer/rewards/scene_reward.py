@@ -25,6 +25,7 @@ Only numpy and torch are needed.  No randomness anywhere.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -446,3 +447,16 @@ def scene_metrics(images: torch.Tensor | np.ndarray, prompts: list[str]) -> dict
 def scene_reward(images: torch.Tensor | np.ndarray, prompts: list[str]) -> torch.Tensor:
     """Dense compositional reward in [0, 1], shape [B] (see module docstring)."""
     return scene_metrics(images, prompts)["reward"]
+
+
+def build(weights: str | None = None, device: object = "cpu"
+          ) -> Callable[[torch.Tensor, Sequence[str]], dict[str, torch.Tensor]]:
+    """The registry's builder: the scene reward has no weights and runs on CPU (numpy), whatever
+    device the images come from."""
+    if weights is not None:
+        raise ValueError("reward 'scene' takes no weights (it is programmatic)")
+
+    def score(images: torch.Tensor, prompts: Sequence[str]) -> dict[str, torch.Tensor]:
+        return scene_metrics(torch.as_tensor(images).detach().cpu(), list(prompts))
+
+    return score

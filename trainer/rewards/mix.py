@@ -1,0 +1,121 @@
+"""Several rewards as one: a spec like ``hps-v2.1:0.7,clip:0.3``, weights paths bound to names,
+and the group-normalised weighted sum the advantages use (MixGRPO's recipe, computed by the core's
+:func:`~trainer.advantages.combine_rewards`).
+
+Why normalise within the group: rewards live on different scales (HPS ~0.3, ImageReward ~1,
+OCR in [0, 1]); the sum of raw values would let the widest one decide every advantage. Each
+reward is standardised over the images of one prompt, then weighted, so a weight means what it says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..advantages import combine_rewards
+from .registry import RewardFn, get_reward, needs_weights, reward_entry
+
+
+@dataclass(frozen=True)
+class RewardTerm:
+    name: str
+    weight: float
+
+
+def parse_reward_spec(spec: str) -> list[RewardTerm]:
+    """``"a:0.7,b"`` -> terms with weights (1 when absent); unknown names, repeats, empty names and
+    weights that are not positive numbers are one-line errors."""
+    terms: list[RewardTerm] = []
+    for part in spec.split(","):
+        name, sep, weight_text = part.strip().partition(":")
+        name = name.strip()
+        if not name:
+            raise ValueError(f"empty reward name in {spec!r}")
+        reward_entry(name)
+        try:
+            weight = float(weight_text) if sep else 1.0
+        except ValueError:
+            raise ValueError(f"reward weight {weight_text.strip()!r} of {name!r} is not a number") from None
+        if not weight > 0.0:
+            raise ValueError(f"reward weight of {name!r} must be > 0, got {weight_text.strip()}")
+        if any(t.name == name for t in terms):
+            raise ValueError(f"reward {name!r} named twice in {spec!r}")
+        terms.append(RewardTerm(name, weight))
+    return terms
+
+
+def bind_weights(names: Sequence[str], items: Sequence[str]) -> dict[str, str]:
+    """Weights paths per reward name from ``--weights`` items.
+
+    ``NAME=PATH`` binds explicitly; a bare ``PATH`` goes to the next named reward that needs weights
+    (so with one model reward, ``--weights PATH`` just works). Extra or doubled paths are errors.
+    """
+    out: dict[str, str] = {}
+    bare: list[str] = []
+    for item in items:
+        name, sep, path = item.partition("=")
+        if sep and name in names:
+            if name in out:
+                raise ValueError(f"two weights paths for reward {name!r}")
+            out[name] = path
+        else:
+            bare.append(item)
+    waiting = [n for n in names if n not in out and needs_weights(n)]
+    if len(bare) > len(waiting):
+        raise ValueError(f"weights path {bare[len(waiting)]!r} has no reward to go to "
+                         f"(rewards needing weights: {', '.join(waiting) or 'none'})")
+    out.update(zip(waiting, bare, strict=False))
+    for name in waiting[len(bare):]:
+        get_reward(name, None)  # the one-line "needs its weights" error, before any other work
+    return out
+
+
+class RewardMix:
+    """Callable reward over several terms.
+
+    One term: its own output, unchanged. Several: ``reward`` is the weighted sum of raw scores (what
+    evaluation reports), ``reward_<name>`` each term's score, and the terms' other keys prefixed by
+    their name. :meth:`training_signal` gives the group-normalised sum that advantages use.
+    """
+
+    def __init__(self, spec: str, weights_paths: Mapping[str, str] | None = None,
+                 device: str | torch.device = "cpu") -> None:
+        self.terms = parse_reward_spec(spec)
+        paths = dict(weights_paths or {})
+        unknown = sorted(set(paths) - {t.name for t in self.terms})
+        if unknown:
+            raise ValueError(f"weights given for reward {unknown[0]!r}, which is not in {spec!r}")
+        self.fns: dict[str, RewardFn] = {t.name: get_reward(t.name, paths.get(t.name), device)
+                                         for t in self.terms}
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.terms]
+
+    def __call__(self, images: Tensor, prompts: Sequence[str]) -> dict[str, Tensor]:
+        if len(self.terms) == 1:
+            return self.fns[self.terms[0].name](images, prompts)
+        out: dict[str, Tensor] = {}
+        total = torch.zeros(images.shape[0])
+        for term in self.terms:
+            result = self.fns[term.name](images, prompts)
+            score = result["reward"].detach().float().cpu()
+            out[f"reward_{term.name}"] = score
+            for key, value in result.items():
+                if key != "reward":
+                    out[f"{term.name}_{key}"] = value
+            total += term.weight * score
+        out["reward"] = total
+        return out
+
+    def training_signal(self, scores: Mapping[str, Tensor], groups: Tensor) -> Tensor:
+        """The per-image value advantages are built from: the raw reward for one term, else each
+        term normalised within its group (``groups``: the prompt of each image) and weighted."""
+        if len(self.terms) == 1:
+            return scores["reward"].detach().float().cpu()
+        stacked = torch.stack([scores[f"reward_{t.name}"].float().cpu() for t in self.terms], dim=1)
+        return combine_rewards(stacked, torch.as_tensor(groups, dtype=torch.long),
+                               torch.tensor([t.weight for t in self.terms]))

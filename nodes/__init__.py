@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from ._comfy import ComfyExtension, io
 from .embedded import NODES as EMBEDDED_NODES
+from .rewards import NODES as REWARD_NODES
+from .training import NODES as TRAINING_NODES
 
 
 class TreeRPOExtension(ComfyExtension):
     """The pack's V3 extension: the list of its nodes."""
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        return list(EMBEDDED_NODES)
+        return [*EMBEDDED_NODES, *TRAINING_NODES, *REWARD_NODES]
 
 
 async def extension() -> TreeRPOExtension:

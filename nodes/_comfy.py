@@ -15,10 +15,27 @@ import comfy.model_base
 import comfy.model_management
 import comfy.model_patcher
 import comfy.supported_models_base
+import comfy.utils
+import folder_paths
 import torch
 from comfy_api.latest import ComfyExtension, io
 
-__all__ = ["ComfyExtension", "embedded_model_patcher", "io"]
+__all__ = ["ComfyExtension", "embedded_model_patcher", "embedded_policy_of", "io", "output_directory",
+           "progress_bar", "temp_directory"]
+
+
+def output_directory() -> str:
+    """ComfyUI's output folder (what SaveImage writes into)."""
+    return folder_paths.get_output_directory()
+
+
+def temp_directory() -> str:
+    return folder_paths.get_temp_directory()
+
+
+def progress_bar(total: int) -> comfy.utils.ProgressBar:
+    """ComfyUI's progress bar (shown on the node in the UI, sent over the websocket)."""
+    return comfy.utils.ProgressBar(total)
 
 
 class EmbeddedLatentFormat(comfy.latent_formats.LatentFormat):
@@ -81,3 +98,19 @@ def embedded_model_patcher(policy: Any, shift: float) -> comfy.model_patcher.Mod
     offload = comfy.model_management.unet_offload_device()
     model = EmbeddedBaseModel(policy, shift, device=offload)
     return comfy.model_patcher.ModelPatcher(model, load_device=load, offload_device=offload)
+
+
+def embedded_policy_of(model: comfy.model_patcher.ModelPatcher) -> tuple[Any, float]:
+    """The embedded policy behind a MODEL from ``TreeRPOEmbeddedLoader`` and its sigma shift.
+
+    A MODEL carrying ComfyUI LoRA patches is refused: training starts from the policy's own weights
+    and would silently ignore them.
+    """
+    base = getattr(model, "model", None)
+    policy = getattr(base, "__dict__", {}).get("policy") if base is not None else None
+    if policy is None:
+        raise ValueError("this node trains the embedded TreeRPO model: connect the MODEL of "
+                         "TreeRPO Embedded Model Loader (FLUX/SD3 MODELs: use the headless trainer)")
+    if getattr(model, "patches", None):
+        raise ValueError("the MODEL carries LoRA patches: train the base model, apply LoRAs after")
+    return policy, float(base.model_sampling.shift)

@@ -3,7 +3,9 @@ exactly as the trainer samples it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,3 +126,98 @@ def test_missing_weights_folder_fails_validation_of_the_run_and_server_keeps_ser
     text = str(result["status"]["messages"])
     assert "treerpo-weights" in text
     assert "TreeRPOEmbeddedLoader" in server.get("/object_info/TreeRPOEmbeddedLoader")
+
+
+TRAINING_NODE_IDS = ("TreeRPOTrainLoRA", "TreeRPOSaveLoRA", "TreeRPOPlotHistory", "TreeRPORewardScore")
+SMALL_SETTINGS = "\n".join(["data.prompts_per_iteration=2", "tree.steps=4", "tree.depth=2", "lora.rank=4",
+                            "lora.alpha=8.0", "optim.lr=0.02"])
+
+
+def train_graph(iterations: int = 1, reward: str = "scene", settings: str = SMALL_SETTINGS,
+                prefix: str = "loras/treerpo_trained") -> dict:
+    """Loader -> TrainLoRA -> SaveLoRA + PlotHistory; the trained MODEL samples (nodes 4-6, as in
+    :func:`sample_graph`) so its images can be compared with the saved LoRA's."""
+    graph = sample_graph(11, 2, 5)
+    graph["10"] = {"class_type": "TreeRPOTrainLoRA", "inputs": {
+        "model": ["1", 0], "iterations": iterations, "prompts": "", "reward": reward, "reward_weights": "",
+        "strategy": "dynamic_treerpo", "seed": 0, "settings": settings}}
+    graph["11"] = {"class_type": "TreeRPOSaveLoRA",
+                   "inputs": {"run": ["10", 2], "filename_prefix": prefix, "format": "comfyui"}}
+    graph["12"] = {"class_type": "TreeRPOPlotHistory", "inputs": {"run": ["10", 2]}}
+    graph["13"] = {"class_type": "SaveImage", "inputs": {"images": ["12", 0], "filename_prefix": "history"}}
+    graph["4"]["inputs"]["model"] = ["10", 0]
+    return graph
+
+
+def test_training_nodes_are_registered(server: Server) -> None:
+    info = server.get("/object_info")
+    missing = [n for n in TRAINING_NODE_IDS if n not in info]
+    assert not missing, f"not registered: {missing}"
+    assert info["TreeRPOTrainLoRA"]["category"] == "TreeRPO/training"
+
+
+def test_training_workflow_saves_a_lora_that_lora_loader_model_only_reproduces(server: Server) -> None:
+    """Train in ComfyUI, save the LoRA; ComfyUI's LoraLoaderModelOnly with that file on the base
+    MODEL samples what the trained MODEL samples (same noise, within one 8-bit level)."""
+    result = server.run(train_graph(), timeout=400)
+    trained = saved_images(server, result)
+    saved = Path(result["outputs"]["11"]["text"][0]) if "text" in result["outputs"].get("11", {}) else None
+    lora_file = server.base / "output" / "loras" / "treerpo_trained.safetensors"
+    assert lora_file.is_file(), (saved, result["outputs"].keys())
+    from safetensors.torch import load_file
+
+    state = load_file(lora_file)
+    assert any(k.endswith("lora_up.weight") and float(v.abs().max()) > 0 for k, v in state.items())
+    plot = result["outputs"]["13"]["images"][0]
+    assert (server.base / "output" / plot["subfolder"] / plot["filename"]).is_file()
+
+    (server.base / "models" / "loras").mkdir(parents=True, exist_ok=True)
+    (server.base / "models" / "loras" / "from_training.safetensors").write_bytes(lora_file.read_bytes())
+    reloaded = saved_images(server, server.run(sample_graph(11, 2, 5, lora="from_training.safetensors")))
+    base = saved_images(server, server.run(sample_graph(11, 2, 5)))
+    diff = np.abs(reloaded - trained)
+    assert diff.max() <= 1 and diff.mean() < 0.05, (diff.max(), diff.mean())
+    assert np.abs(trained - base).max() > 0  # training changed the model
+    assert "lora key not loaded" not in server.log_text()
+
+
+def test_reward_score_node_scores_images_like_the_trainer(server: Server) -> None:
+    graph = sample_graph(3, 2, 5)
+    graph["20"] = {"class_type": "TreeRPORewardScore", "inputs": {
+        "images": ["5", 0], "prompts": PROMPT, "reward": "scene", "reward_weights": ""}}
+    result = server.run(graph)
+    images = saved_images(server, result)
+    table = result["outputs"]["20"]["text"][0]
+    rows = [line.split("\t") for line in table.splitlines()]
+    assert rows[0] == ["image", "scene"] and rows[-1][0] == "mean" and len(rows) == 4
+    from trainer.rewards.scene_reward import scene_metrics
+
+    ours = scene_metrics(torch.from_numpy(images.astype(np.float32) / 255).permute(0, 3, 1, 2),
+                         [PROMPT, PROMPT])["reward"]
+    for i in range(2):  # the node scores the float images, we the saved 8-bit ones
+        assert abs(float(rows[i + 1][1]) - float(ours[i])) < 0.02
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"reward": "hps"}, "unknown reward 'hps'"),
+    ({"reward": "hps-v2.1"}, "reward 'hps-v2.1' needs its weights"),
+    ({"settings": "tree.depth=0"}, "depth"),
+    ({"settings": "tree.dept=3"}, "unknown key 'tree.dept'"),
+    ({"reward": "hps-v2.1", "reward_weights": "hps-v2.1=/nonexistent/hps.pt"},
+     "weights of reward 'hps-v2.1' not found: /nonexistent/hps.pt"),
+])
+def test_bad_training_inputs_fail_validation_and_the_server_keeps_serving(
+        server: Server, change: dict, message: str) -> None:
+    graph = train_graph()
+    graph["10"]["inputs"].update(change)
+    status, body = server.post_prompt(graph)
+    assert status == 400, body
+    assert message in json.dumps(body), body
+    assert "TreeRPOTrainLoRA" in server.get("/object_info/TreeRPOTrainLoRA")
+
+
+def test_save_lora_refuses_names_outside_the_output_folder(server: Server) -> None:
+    _, body = server.post_prompt(train_graph(prefix="../../escape"))
+    # ComfyUI still runs the graph's valid outputs; the save node alone is refused
+    assert "leaves ComfyUI's output folder" in json.dumps(body.get("node_errors", {}).get("11")), body
+    assert not list(server.base.parent.glob("escape*"))

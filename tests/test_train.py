@@ -230,3 +230,23 @@ def test_a_training_prompt_file_lends_held_out_prompts_and_drops_drift(tmp_path:
     assert "eval_reward" in metrics and "drift" not in metrics  # no ideal renders for a file's prompts
     with pytest.raises(ValueError, match=r"holding out data\.eval_pairs=6 .* leaves none to train on"):
         Trainer(_config(f"data.prompts={file}", "data.eval_pairs=6"))
+
+
+def test_training_steps_continue_as_one_run_and_leave_the_given_model_alone() -> None:
+    """Front ends train in steps: two steps of one iteration equal one step of two, and the model
+    a step was given (held by other ComfyUI nodes) is not changed."""
+    from trainer.session import train_steps
+
+    config = _config("iterations=2")
+    base = EmbeddedPolicy.from_pretrained()
+    before = {k: v.clone() for k, v in base.transformer.state_dict().items()}
+    whole = train_steps(base.fresh_copy(), config, 2)
+    first = train_steps(base.fresh_copy(), config, 1)
+    second = train_steps(base.fresh_copy(), config, 1, previous=first)
+    assert second.iterations_done == 2 and len(second.history) == 2
+    assert [r["reward_mean"] for r in second.history] == [r["reward_mean"] for r in whole.history]
+    for key, value in whole.lora.items():
+        assert (value - second.lora[key]).abs().max() <= 1e-6, key
+    assert all(torch.equal(v, base.transformer.state_dict()[k]) for k, v in before.items())
+    with pytest.raises(ValueError, match="cannot continue a run with another seed"):
+        train_steps(base.fresh_copy(), _config("iterations=2", "seed=1"), 1, previous=first)

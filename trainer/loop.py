@@ -81,15 +81,36 @@ def build_policy(config: TrainConfig) -> Policy:
     return SD3Policy.from_pretrained(m.path, **options)
 
 
-def load_policy(config: TrainConfig) -> Policy:
-    """The model named by the config, with a fresh LoRA attached (or all weights trainable)."""
-    policy = build_policy(config)
+def load_policy(config: TrainConfig, policy: Policy | None = None) -> Policy:
+    """The model named by the config (or ``policy``, given by a front end such as a ComfyUI node),
+    with a fresh LoRA attached (or all weights trainable)."""
+    policy = build_policy(config) if policy is None else policy
     if config.lora.enabled:
         attach_lora(policy.transformer, config.lora.rank, config.lora.alpha, config.lora.targets,
                     seed=config.seed)
     else:
         policy.transformer.requires_grad_(True)
     return policy
+
+
+def window_for(config: TrainConfig, iteration: int) -> int | None:
+    """Where the tree (or SDE window) starts at ``iteration``; DanceGRPO has no window."""
+    strategy = config.strategy_config
+    if isinstance(strategy, DanceGRPOConfig):
+        return None
+    w = config.window
+    start = strategy.window_start if w.start is None else w.start
+    return window_start(iteration, w.schedule, start, strategy.max_window_start, w.every, w.stride,
+                        w.roll_back, config.seed)
+
+
+def check_plan(config: TrainConfig) -> None:
+    """Build iteration 0's rollout plan without a model: bad tree, window or strategy options fail
+    here in one line (front ends validate with it before anything runs)."""
+    strategy = config.strategy_config
+    sigmas = make_sigmas(config.sampling.schedule, strategy.steps, config.sampling.shift, image_tokens=64)
+    build_plan(strategy, sigmas, window_for(config, 0), seed=0,
+               log_prob_reduction=config.sampling.log_prob)
 
 
 def iteration_seeds(seed: int, iteration: int, count: int) -> list[int]:
@@ -123,12 +144,15 @@ class ClipSpread:
 class Trainer:
     """One run: owns the policy, optimizer, reward, prompt source and the clip-spread state."""
 
-    def __init__(self, config: TrainConfig) -> None:
+    def __init__(self, config: TrainConfig, policy: Policy | None = None, evaluation: bool = True) -> None:
+        """``policy``: a model already loaded (its weights are trained in place: pass a copy);
+        None loads ``config.model``. ``evaluation`` False (training steps in a front end): no
+        held-out set, so no prompt is kept out of training."""
         torch.set_num_threads(config.threads)
         self.config = config
         # rewards first: a missing reward file fails in seconds, before a large model loads
         self.reward = RewardMix(config.reward, config.reward_weights, resolve_device(config.model.device))
-        self.policy = load_policy(config)
+        self.policy = load_policy(config, policy)
         self.params = list(self.policy.trainable_parameters())
         o = config.optim
         self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
@@ -142,11 +166,13 @@ class Trainer:
         self.eval_sigmas = make_sigmas(config.sampling.schedule, config.sampling.eval_steps,
                                        config.sampling.shift, image_tokens=tokens)
         d = config.data
-        self.eval_pairs = eval_pairs_for(d.prompts, d.eval_prompts, d.eval_pairs, d.eval_seed)
+        self.eval_pairs = (eval_pairs_for(d.prompts, d.eval_prompts, d.eval_pairs, d.eval_seed)
+                           if evaluation else [])
         self.prompts = PromptSource(d.prompts, config.seed, exclude=[p.prompt for p in self.eval_pairs])
         self.spread = ClipSpread()
         # drift (flow loss on ideal renders) exists where renders do: the embedded model's scenes
-        scene_eval = d.prompts == "scenes" and d.eval_prompts is None and config.model.kind == "embedded"
+        scene_eval = (evaluation and d.prompts == "scenes" and d.eval_prompts is None
+                      and config.model.kind == "embedded")
         self._renders = clean_renders(self.eval_pairs) if scene_eval else None
         # a bad window or noise pool fails here, in one line, before any model call
         self.plan(0).noise.check(tuple(self.policy.latent_shape))
@@ -202,13 +228,7 @@ class Trainer:
                           noise_unshuffle=getattr(self.policy, "latent_unshuffle", 1))
 
     def window(self, iteration: int) -> int | None:
-        if isinstance(self.strategy, DanceGRPOConfig):
-            return None
-        w = self.config.window
-        top = self.strategy.max_window_start
-        start = self.strategy.window_start if w.start is None else w.start
-        return window_start(iteration, w.schedule, start, top, w.every, w.stride, w.roll_back,
-                            self.config.seed)
+        return window_for(self.config, iteration)
 
     def loss_config(self) -> LossConfig:
         """The configured loss with clip bounds rescaled to the current ratio spread."""

@@ -108,24 +108,37 @@ def from_comfyui_state(state: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], 
     return weights, alphas
 
 
-def save_lora_files(folder: str | os.PathLike[str], transformer: nn.Module,
-                    comfyui_prefix: str = COMFYUI_PREFIX) -> dict[str, Path]:
-    """Write the ComfyUI and diffusers files of the transformer's adapter, each atomically."""
+def save_comfyui_lora(path: str | os.PathLike[str], transformer: nn.Module,
+                      prefix: str = COMFYUI_PREFIX) -> Path:
+    """The adapter in ComfyUI keys with ``.alpha`` tensors, written atomically to ``path``."""
+    path = Path(path)
+    rank, alpha = lora_scale(transformer)
+    atomic_save_safetensors(comfyui_state(lora_state_dict(transformer), alpha, prefix), path,
+                            metadata={"format": "pt", "lora_rank": str(rank), "lora_alpha": str(alpha)})
+    return path
+
+
+def save_diffusers_lora(path: str | os.PathLike[str], transformer: nn.Module) -> Path:
+    """The adapter as diffusers writes it (adapter config in the metadata), atomically to ``path``."""
     from diffusers import FluxPipeline
 
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    metadata = next(iter(transformer.peft_config.values())).to_dict()
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        FluxPipeline.save_lora_weights(tmp, transformer_lora_layers=lora_state_dict(transformer),
+                                       transformer_lora_adapter_metadata=_plain(metadata))
+        os.replace(Path(tmp) / DIFFUSERS_FILE, path)
+    return path
+
+
+def save_lora_files(folder: str | os.PathLike[str], transformer: nn.Module,
+                    comfyui_prefix: str = COMFYUI_PREFIX) -> dict[str, Path]:
+    """Write the ComfyUI and diffusers files of the transformer's adapter into ``folder``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    state = lora_state_dict(transformer)
-    rank, alpha = lora_scale(transformer)
-    comfy = folder / COMFYUI_FILE
-    atomic_save_safetensors(comfyui_state(state, alpha, comfyui_prefix), comfy,
-                            metadata={"format": "pt", "lora_rank": str(rank), "lora_alpha": str(alpha)})
-    metadata = next(iter(transformer.peft_config.values())).to_dict()
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        FluxPipeline.save_lora_weights(tmp, transformer_lora_layers=state,
-                                       transformer_lora_adapter_metadata=_plain(metadata))
-        os.replace(Path(tmp) / DIFFUSERS_FILE, folder / DIFFUSERS_FILE)
-    return {"comfyui": comfy, "diffusers": folder / DIFFUSERS_FILE}
+    return {"comfyui": save_comfyui_lora(folder / COMFYUI_FILE, transformer, comfyui_prefix),
+            "diffusers": save_diffusers_lora(folder / DIFFUSERS_FILE, transformer)}
 
 
 def _plain(value):

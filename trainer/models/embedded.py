@@ -129,6 +129,25 @@ class EmbeddedPolicy(nn.Module):
                                             unk_token="<unk>", model_max_length=MAX_TOKENS)
         return cls(transformer, text_encoder, tokenizer, spec)
 
+    def fresh_copy(self) -> EmbeddedPolicy:
+        """An independent copy with plain (autograd-capable) tensors and no adapter.
+
+        Why: a front end that trains must not change the model other nodes hold, and tensors made
+        under ``torch.inference_mode`` (as ComfyUI runs nodes) cannot take part in autograd.
+        """
+        from diffusers import FluxTransformer2DModel
+
+        with torch.inference_mode(False):
+            transformer = FluxTransformer2DModel.from_config(self.transformer.config)
+            state = {k: v.clone() for k, v in self.transformer.state_dict().items()
+                     if "lora_" not in k}
+            state = {k.replace(".base_layer.", "."): v for k, v in state.items()}
+            transformer.load_state_dict(state)
+            transformer.to(self.device)
+            copy = EmbeddedPolicy(transformer, self.text_encoder, self.tokenizer, self.spec)
+            copy._cache = {k: (t.clone(), p.clone()) for k, (t, p) in self._cache.items()}
+        return copy
+
     def save_pretrained(self, path: str | Path) -> None:
         """Write the folder :meth:`from_pretrained` reads (safetensors weights)."""
         root = Path(path)

@@ -1,0 +1,174 @@
+"""Training nodes: LayerTuning-RL / Dynamic-TreeRPO steps on the embedded MODEL, LoRA export and the
+history plot. Each is a thin wrapper over ``trainer.session`` and ``trainer.lora``, the code the
+headless trainer runs, so a workflow trains exactly as ``treerpo train`` does.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..trainer.config_io import load_config
+from ..trainer.loop import check_plan
+from ..trainer.lora import COMFYUI_PREFIX, save_comfyui_lora, save_diffusers_lora
+from ..trainer.session import TrainingState, train_steps
+from ..trainer.train_config import TrainConfig
+from ._comfy import (
+    embedded_model_patcher,
+    embedded_policy_of,
+    io,
+    output_directory,
+    progress_bar,
+    temp_directory,
+)
+from .embedded import EmbeddedType
+from .inputs import check_rewards, parse_lines, parse_weights
+
+RunType = io.Custom("TREERPO_RUN")
+CATEGORY = "TreeRPO/training"
+STRATEGIES = ["dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo"]
+FORMATS = ["comfyui", "diffusers"]
+
+
+def node_config(iterations: int, prompts: list[str], reward: str, reward_weights: dict[str, str],
+                strategy: str, seed: int, settings: str) -> TrainConfig:
+    """The trainer's config from the node's widgets; ``settings`` holds ``key=value`` lines for every
+    other option (the keys of configs/default.yaml), validated by the same loader."""
+    overrides = [f"iterations={iterations}", f"strategy={strategy}", f"seed={seed}",
+                 *parse_lines(settings)]
+    config = load_config(TrainConfig, None, overrides)
+    data = config.data
+    if prompts:
+        folder = Path(tempfile.mkdtemp(prefix="treerpo_prompts_", dir=temp_directory()))
+        file = folder / "prompts.txt"
+        file.write_text("\n".join(prompts) + "\n", encoding="utf-8")
+        data = replace(data, prompts=str(file))
+    return replace(config, reward=reward, reward_weights=reward_weights, data=data)
+
+
+class TreeRPOTrainLoRA(io.ComfyNode):
+    """K training iterations (tree rollout, reward, advantages, loss, optimizer) of a LoRA."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="TreeRPOTrainLoRA", display_name="TreeRPO Train LoRA (steps)", category=CATEGORY,
+            description="Fine-tune a LoRA with Dynamic-TreeRPO (or a baseline) for some iterations. "
+                        "Chain nodes through 'previous' to continue a run.",
+            inputs=[
+                io.Model.Input("model", tooltip="MODEL of TreeRPO Embedded Model Loader"),
+                io.Int.Input("iterations", default=4, min=1, max=100000),
+                io.String.Input("prompts", multiline=True, default="",
+                                tooltip="one prompt per line; empty: generated scenes"),
+                io.String.Input("reward", default="scene",
+                                tooltip="a reward name, or several with weights: hps-v2.1:0.7,ocr:0.3"),
+                io.String.Input("reward_weights", multiline=True, default="",
+                                tooltip="name=path lines: the local weights of model rewards"),
+                io.Combo.Input("strategy", options=STRATEGIES, default="dynamic_treerpo"),
+                io.Int.Input("seed", default=0, min=0, max=2**31 - 1),
+                io.String.Input("settings", multiline=True, default="",
+                                tooltip="key=value lines for any other option, e.g. tree.depth=3 "
+                                        "(the keys of configs/default.yaml)"),
+                RunType.Input("previous", optional=True, tooltip="continue this run"),
+            ],
+            outputs=[io.Model.Output(display_name="model"), EmbeddedType.Output(display_name="embedded"),
+                     RunType.Output(display_name="run")])
+
+    @classmethod
+    def validate_inputs(cls, reward: str = "scene", reward_weights: str = "", settings: str = "",
+                        strategy: str = "dynamic_treerpo", **_: Any) -> bool | str:
+        try:
+            check_rewards(reward, reward_weights)
+            check_plan(node_config(1, [], reward, parse_weights(reward_weights), strategy, 0, settings))
+        except (ValueError, TypeError, FileNotFoundError) as err:
+            return str(err)
+        return True
+
+    @classmethod
+    def execute(cls, model: Any, iterations: int, prompts: str, reward: str, reward_weights: str,
+                strategy: str, seed: int, settings: str, previous: TrainingState | None = None
+                ) -> io.NodeOutput:
+        policy, shift = embedded_policy_of(model)
+        config = node_config(iterations, parse_lines(prompts), reward, parse_weights(reward_weights),
+                             strategy, seed, settings)
+        bar = progress_bar(iterations)
+        run = train_steps(policy.fresh_copy(), config, iterations, previous,
+                          on_iteration=lambda done, _row: bar.update_absolute(done, iterations))
+        return io.NodeOutput(embedded_model_patcher(run.policy, shift), run.policy, run)
+
+
+def confined_path(prefix: str, suffix: str) -> Path:
+    """``<output>/<prefix><suffix>``, refused when the name leaves the output folder."""
+    root = Path(output_directory()).resolve()
+    name = prefix.strip() or "treerpo_lora"
+    path = (root / f"{name}{suffix}").resolve()
+    if not path.is_relative_to(root):
+        raise ValueError(f"file name {prefix!r} leaves ComfyUI's output folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class TreeRPOSaveLoRA(io.ComfyNode):
+    """Save the run's LoRA into ComfyUI's output folder in the chosen key format."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="TreeRPOSaveLoRA", display_name="TreeRPO Save LoRA", category=CATEGORY,
+            description="comfyui: diffusion_model.* keys with .alpha (LoraLoaderModelOnly); "
+                        "diffusers: pipe.load_lora_weights.",
+            inputs=[RunType.Input("run"),
+                    io.String.Input("filename_prefix", default="loras/treerpo_lora"),
+                    io.Combo.Input("format", options=FORMATS, default="comfyui")],
+            outputs=[io.String.Output(display_name="path")], is_output_node=True)
+
+    @classmethod
+    def validate_inputs(cls, filename_prefix: str = "", **_: Any) -> bool | str:
+        if ".." in Path(filename_prefix).parts or Path(filename_prefix).is_absolute():
+            return f"file name {filename_prefix!r} leaves ComfyUI's output folder"
+        return True
+
+    @classmethod
+    def execute(cls, run: TrainingState, filename_prefix: str, format: str) -> io.NodeOutput:
+        if run.policy is None:
+            raise ValueError("this run holds no trained model to save")
+        path = confined_path(filename_prefix, ".safetensors")
+        transformer = run.policy.transformer
+        if format == "comfyui":
+            save_comfyui_lora(path, transformer, COMFYUI_PREFIX)
+        else:
+            save_diffusers_lora(path, transformer)
+        return io.NodeOutput(str(path))
+
+
+class TreeRPOPlotHistory(io.ComfyNode):
+    """Reward and loss curves of a run, as an IMAGE."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(node_id="TreeRPOPlotHistory", display_name="TreeRPO Plot History",
+                         category=CATEGORY, inputs=[RunType.Input("run")],
+                         outputs=[io.Image.Output()])
+
+    @classmethod
+    def execute(cls, run: TrainingState) -> io.NodeOutput:
+        from PIL import Image
+
+        from ..trainer.logs import plot_curves
+
+        rows = [{k: str(v) for k, v in row.items()} for row in run.history]
+        with tempfile.TemporaryDirectory(dir=temp_directory()) as tmp:
+            file = Path(tmp) / "history.png"
+            plot_curves(rows, file, ys=(("reward_mean", "reward_max"), ("loss", "grpo_loss", "prm_loss"),
+                                        "clip_frac"), title=f"{run.config.strategy}: {run.iterations_done} "
+                                                            "iterations")
+            image = np.asarray(Image.open(file).convert("RGB"), dtype=np.float32) / 255.0
+        return io.NodeOutput(torch.from_numpy(image)[None])
+
+
+NODES: list[type[io.ComfyNode]] = [TreeRPOTrainLoRA, TreeRPOSaveLoRA, TreeRPOPlotHistory]

@@ -14,14 +14,16 @@ import comfy.latent_formats
 import comfy.model_base
 import comfy.model_management
 import comfy.model_patcher
+import comfy.sample
+import comfy.samplers
 import comfy.supported_models_base
 import comfy.utils
 import folder_paths
 import torch
 from comfy_api.latest import ComfyExtension, io
 
-__all__ = ["ComfyExtension", "embedded_model_patcher", "embedded_policy_of", "io", "output_directory",
-           "progress_bar", "temp_directory"]
+__all__ = ["ComfyExtension", "embedded_model_patcher", "embedded_policy_of", "guided_sample", "io",
+           "ksampler", "model_sigmas", "output_directory", "progress_bar", "temp_directory"]
 
 
 def output_directory() -> str:
@@ -114,3 +116,49 @@ def embedded_policy_of(model: comfy.model_patcher.ModelPatcher) -> tuple[Any, fl
     if getattr(model, "patches", None):
         raise ValueError("the MODEL carries LoRA patches: train the base model, apply LoRAs after")
     return policy, float(base.model_sampling.shift)
+
+
+# ------------------------------------------------------------------------------ sampling
+SamplerFn = Any  # fn(velocity, x, sigmas, seed) -> samples; velocity(x, sigma[B]) -> v
+
+
+def _denoiser_velocity(model: Any, extra_args: dict) -> Any:
+    """ComfyUI's denoiser (cfg, conditioning, patches applied) as a flow velocity
+    ``v = (x - denoised) / sigma``: what a FLOW model's denoised output means."""
+
+    def velocity(x: torch.Tensor, sigma: torch.Tensor, _cond: Any = None) -> torch.Tensor:
+        s = sigma.to(x.device, x.dtype)
+        denoised = model(x, s, **extra_args)
+        return (x - denoised) / s.reshape(-1, *([1] * (x.ndim - 1)))
+
+    return velocity
+
+
+def ksampler(run: SamplerFn) -> comfy.samplers.KSAMPLER:
+    """A SAMPLER (for ``SamplerCustomAdvanced``) that hands our sampler a velocity function."""
+
+    def sample(model: Any, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None = None,
+               callback: Any = None, disable: bool | None = None) -> torch.Tensor:
+        extra_args = dict(extra_args or {})
+        seed = int(extra_args.get("seed", 0) or 0)
+        return run(_denoiser_velocity(model, extra_args), x, sigmas, seed)
+
+    return comfy.samplers.KSAMPLER(sample)
+
+
+def model_sigmas(model: comfy.model_patcher.ModelPatcher, steps: int,
+                 scheduler: str = "simple") -> torch.Tensor:
+    """The model's own sigma schedule (its shift) with ComfyUI's scheduler of that name."""
+    return comfy.samplers.calculate_sigmas(model.get_model_object("model_sampling"), scheduler, steps).cpu()
+
+
+def guided_sample(model: comfy.model_patcher.ModelPatcher, positive: Any, negative: Any, cfg: float,
+                  latent: dict, sigmas: torch.Tensor, run: SamplerFn, seed: int) -> torch.Tensor:
+    """Run ``run`` through ComfyUI's CFGGuider, as ``SamplerCustomAdvanced`` does; returns the
+    samples in LATENT convention (the batch may have grown: a tree returns its leaves)."""
+    latent_image = comfy.sample.fix_empty_latent_channels(model, latent["samples"])
+    noise = comfy.sample.prepare_noise(latent_image, seed)
+    guider = comfy.samplers.CFGGuider(model)
+    guider.set_conds(positive, negative)
+    guider.set_cfg(cfg)
+    return guider.sample(noise, latent_image, ksampler(run), sigmas, disable_pbar=True, seed=seed)

@@ -221,3 +221,90 @@ def test_save_lora_refuses_names_outside_the_output_folder(server: Server) -> No
     # ComfyUI still runs the graph's valid outputs; the save node alone is refused
     assert "leaves ComfyUI's output folder" in json.dumps(body.get("node_errors", {}).get("11")), body
     assert not list(server.base.parent.glob("escape*"))
+
+
+def tree_graph(node: str, extra: dict, seed: int = 5) -> dict:
+    """Embedded loader -> text encode -> latent (batch 1) -> ``node`` -> decode -> save (node 6)."""
+    graph = sample_graph(seed, 1, 10)
+    del graph["4"]
+    graph["30"] = {"class_type": node, "inputs": {
+        "model": ["1", 0], "positive": ["2", 0], "negative": ["2", 0], "latent": ["3", 0], "seed": seed,
+        "steps": 10, "cfg": 1.0, "depth": 2, "branching": 2, "window_start": 2, "noise_level": 0.6, **extra}}
+    graph["5"]["inputs"]["samples"] = ["30", 0]
+    return graph
+
+
+def trainer_tree_images(policy: EmbeddedPolicy, config, seed: int) -> np.ndarray:
+    """The trainer's rollout of ``config`` from ComfyUI's noise for ``seed`` (8-bit, as saved)."""
+    from trainer.strategies import build_plan
+
+    noise = torch.randn((1, *policy.latent_shape), generator=torch.manual_seed(seed))
+    plan = build_plan(config, make_sigmas("shift", 10, 3.0), config.window_start, seed=seed)
+    tree = rollout(policy.velocity, policy.encode([PROMPT]), plan, [seed], policy.latent_shape,
+                   noise=noise.unsqueeze(1))
+    images = policy.decode(tree.leaf_latents).permute(0, 2, 3, 1).numpy()
+    return np.clip(255.0 * images, 0, 255).astype(np.uint8).astype(np.int16)
+
+
+def test_tree_sampler_grows_the_trainers_tree_in_comfyui(server: Server) -> None:
+    from trainer.strategies import TreeConfig
+
+    graph = tree_graph("TreeRPOTreeSampler", {"noise_growth": 0.5, "sde_kind": "flow_grpo"})
+    saved = saved_images(server, server.run(graph))
+    config = TreeConfig(steps=10, window_start=2, depth=2, branching=2, noise_level=0.6, noise_growth=0.5,
+                        tail="euler")
+    ours = trainer_tree_images(EmbeddedPolicy.from_pretrained(), config, 5)
+    assert saved.shape[0] == 4  # 2^2 leaves from one latent
+    diff = np.abs(saved - ours)
+    assert diff.max() <= 1 and diff.mean() < 0.05, (diff.max(), diff.mean())
+    assert np.abs(saved[0] - saved[3]).max() > 10  # the leaves differ: the tree branched
+
+
+def test_flow_sde_sampler_runs_in_sampler_custom_advanced_as_in_the_trainer(server: Server) -> None:
+    from trainer.strategies import MixGRPOConfig
+
+    graph = sample_graph(9, 1, 10)
+    del graph["4"]
+    graph.update({
+        "40": {"class_type": "TreeRPOFlowSDESampler",
+               "inputs": {"window_start": 1, "window_size": 4, "noise_level": 0.7, "sde_kind": "flow_grpo"}},
+        "41": {"class_type": "RandomNoise", "inputs": {"noise_seed": 9}},
+        "42": {"class_type": "BasicGuider", "inputs": {"model": ["1", 0], "conditioning": ["2", 0]}},
+        "43": {"class_type": "BasicScheduler",
+               "inputs": {"model": ["1", 0], "scheduler": "simple", "steps": 10, "denoise": 1.0}},
+        "44": {"class_type": "SamplerCustomAdvanced", "inputs": {
+            "noise": ["41", 0], "guider": ["42", 0], "sampler": ["40", 0], "sigmas": ["43", 0],
+            "latent_image": ["3", 0]}},
+    })
+    graph["5"]["inputs"]["samples"] = ["44", 0]
+    saved = saved_images(server, server.run(graph))
+    config = MixGRPOConfig(steps=10, window_start=1, window_size=4, group_size=1, noise_level=0.7)
+    ours = trainer_tree_images(EmbeddedPolicy.from_pretrained(), config, 9)
+    diff = np.abs(saved - ours)
+    assert diff.max() <= 1 and diff.mean() < 0.05, (diff.max(), diff.mean())
+
+
+def test_best_of_tree_returns_the_leaf_with_the_highest_reward(server: Server) -> None:
+    graph = tree_graph("TreeRPOBestOfTree", {"prompt": PROMPT, "reward": "scene", "reward_weights": "",
+                                             "embedded": ["1", 1]})
+    del graph["5"]
+    graph["6"]["inputs"]["images"] = ["30", 0]
+    graph["31"] = {"class_type": "SaveImage", "inputs": {"images": ["30", 1], "filename_prefix": "leaves"}}
+    result = server.run(graph)
+    best = saved_images(server, result)
+    table = result["outputs"]["30"]["text"][0]
+    scores = [float(line.split("\t")[1]) for line in table.splitlines()[1:]]
+    assert len(scores) == 4
+    files = result["outputs"]["31"]["images"]
+    leaves = np.stack([np.asarray(Image.open(server.base / "output" / f["subfolder"] / f["filename"]))
+                       for f in files]).astype(np.int16)
+    top = int(np.argmax(scores))
+    assert "<- best" in table.splitlines()[1 + top]
+    assert np.array_equal(best[0], leaves[top])
+
+
+def test_tree_options_out_of_range_fail_validation(server: Server) -> None:
+    graph = tree_graph("TreeRPOTreeSampler", {"noise_growth": 0.5, "sde_kind": "flow_grpo",
+                                              "window_start": 8})
+    status, body = server.post_prompt(graph)
+    assert status == 400 and "window_start 8 out of range" in json.dumps(body), body

@@ -15,7 +15,7 @@ import torch
 
 from ..trainer.config_io import load_config
 from ..trainer.loop import check_plan
-from ..trainer.lora import COMFYUI_PREFIX, save_comfyui_lora, save_diffusers_lora
+from ..trainer.lora import COMFYUI_PREFIX, comfyui_state, save_comfyui_lora, save_diffusers_lora
 from ..trainer.session import TrainingState, train_steps
 from ..trainer.train_config import TrainConfig
 from ._comfy import (
@@ -30,6 +30,7 @@ from .embedded import EmbeddedType
 from .inputs import check_rewards, parse_lines, parse_weights
 
 RunType = io.Custom("TREERPO_RUN")
+LoraModelType = io.Custom("LORA_MODEL")  # ComfyUI's own: a state dict in its LoRA keys
 CATEGORY = "TreeRPO/training"
 STRATEGIES = ["dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo"]
 FORMATS = ["comfyui", "diffusers"]
@@ -77,7 +78,9 @@ class TreeRPOTrainLoRA(io.ComfyNode):
                 RunType.Input("previous", optional=True, tooltip="continue this run"),
             ],
             outputs=[io.Model.Output(display_name="model"), EmbeddedType.Output(display_name="embedded"),
-                     RunType.Output(display_name="run")])
+                     RunType.Output(display_name="run"),
+                     LoraModelType.Output(display_name="lora",
+                                          tooltip="for ComfyUI's own Save LoRA Weights and Load LoRA Model")])
 
     @classmethod
     def validate_inputs(cls, reward: str = "scene", reward_weights: str = "", settings: str = "",
@@ -99,7 +102,8 @@ class TreeRPOTrainLoRA(io.ComfyNode):
         bar = progress_bar(iterations)
         run = train_steps(policy.fresh_copy(), config, iterations, previous,
                           on_iteration=lambda done, _row: bar.update_absolute(done, iterations))
-        return io.NodeOutput(embedded_model_patcher(run.policy, shift), run.policy, run)
+        lora = comfyui_state(run.lora, run.config.lora.alpha, COMFYUI_PREFIX)
+        return io.NodeOutput(embedded_model_patcher(run.policy, shift), run.policy, run, lora)
 
 
 def confined_path(prefix: str, suffix: str) -> Path:

@@ -181,6 +181,26 @@ def test_training_workflow_saves_a_lora_that_lora_loader_model_only_reproduces(s
     assert "lora key not loaded" not in server.log_text()
 
 
+def test_lora_output_works_with_comfyuis_own_lora_nodes(server: Server) -> None:
+    """The trainer node's LORA_MODEL goes into ComfyUI's LoraModelLoader (on the base MODEL) and
+    SaveLoRA: sampling equals the trained MODEL's, and the saved file holds the same tensors."""
+    graph = train_graph(prefix="loras/native_check")
+    trained = saved_images(server, server.run(graph))
+    graph["50"] = {"class_type": "LoraModelLoader",
+                   "inputs": {"model": ["1", 0], "lora": ["10", 3], "strength_model": 1.0}}
+    graph["51"] = {"class_type": "SaveLoRA", "inputs": {"lora": ["10", 3], "prefix": "loras/native"}}
+    graph["4"]["inputs"]["model"] = ["50", 0]
+    via_native = saved_images(server, server.run(graph))
+    diff = np.abs(via_native - trained)
+    assert diff.max() <= 1 and diff.mean() < 0.05, (diff.max(), diff.mean())
+    from safetensors.torch import load_file
+
+    native = load_file(next((server.base / "output" / "loras").glob("native_*.safetensors")))
+    ours = load_file(server.base / "output" / "loras" / "native_check.safetensors")
+    assert native.keys() == ours.keys()
+    assert all(torch.equal(native[k], ours[k]) for k in ours)
+
+
 def test_reward_score_node_scores_images_like_the_trainer(server: Server) -> None:
     graph = sample_graph(3, 2, 5)
     graph["20"] = {"class_type": "TreeRPORewardScore", "inputs": {

@@ -98,6 +98,7 @@ class EmbeddedPolicy(nn.Module):
         self.latent_unshuffle = PIXEL_UNSHUFFLE
         self.min_sigma = float(self.spec["min_sigma"])
         self._cache: dict[str, tuple[Tensor, Tensor]] = {}
+        self.source: Path | None = None  # the folder it was loaded from (fresh_copy reloads it)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -127,17 +128,26 @@ class EmbeddedPolicy(nn.Module):
         tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(root / "tokenizer" / "tokenizer.json"),
                                             pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
                                             unk_token="<unk>", model_max_length=MAX_TOKENS)
-        return cls(transformer, text_encoder, tokenizer, spec)
+        policy = cls(transformer, text_encoder, tokenizer, spec)
+        policy.source = root
+        return policy
 
     def fresh_copy(self) -> EmbeddedPolicy:
         """An independent copy with plain (autograd-capable) tensors and no adapter.
 
         Why: a front end that trains must not change the model other nodes hold, and tensors made
-        under ``torch.inference_mode`` (as ComfyUI runs nodes) cannot take part in autograd.
+        under ``torch.inference_mode`` (as ComfyUI runs nodes) cannot take part in autograd. A
+        policy loaded from a folder is loaded again from it.
         """
         from diffusers import FluxTransformer2DModel
 
         with torch.inference_mode(False):
+            if self.source is not None:
+                # from the files: a host such as ComfyUI may hold its own patches (LoRAs of other
+                # nodes) in the live weights of this model
+                copy = EmbeddedPolicy.from_pretrained(self.source).to(self.device)
+                copy._cache = {k: (t.clone(), p.clone()) for k, (t, p) in self._cache.items()}
+                return copy
             transformer = FluxTransformer2DModel.from_config(self.transformer.config)
             state = {k: v.clone() for k, v in self.transformer.state_dict().items()
                      if "lora_" not in k}

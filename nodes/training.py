@@ -16,6 +16,7 @@ import torch
 from ..trainer.config_io import load_config
 from ..trainer.loop import check_plan
 from ..trainer.lora import COMFYUI_PREFIX, comfyui_state, save_comfyui_lora, save_diffusers_lora
+from ..trainer.lora_formats import save_kohya_file
 from ..trainer.session import TrainingState, train_steps
 from ..trainer.train_config import TrainConfig
 from ._comfy import (
@@ -33,7 +34,7 @@ RunType = io.Custom("TREERPO_RUN")
 LoraModelType = io.Custom("LORA_MODEL")  # ComfyUI's own: a state dict in its LoRA keys
 CATEGORY = "TreeRPO/training"
 STRATEGIES = ["dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo"]
-FORMATS = ["comfyui", "diffusers"]
+FORMATS = ["comfyui", "diffusers", "kohya"]
 
 
 def node_config(iterations: int, prompts: list[str], reward: str, reward_weights: dict[str, str],
@@ -125,7 +126,7 @@ class TreeRPOSaveLoRA(io.ComfyNode):
         return io.Schema(
             node_id="TreeRPOSaveLoRA", display_name="TreeRPO Save LoRA", category=CATEGORY,
             description="comfyui: diffusion_model.* keys with .alpha (LoraLoaderModelOnly); "
-                        "diffusers: pipe.load_lora_weights.",
+                        "diffusers: pipe.load_lora_weights; kohya: lora_unet_* keys (sd-scripts, ComfyUI).",
             inputs=[RunType.Input("run"),
                     io.String.Input("filename_prefix", default="loras/treerpo_lora"),
                     io.Combo.Input("format", options=FORMATS, default="comfyui")],
@@ -145,6 +146,8 @@ class TreeRPOSaveLoRA(io.ComfyNode):
         transformer = run.policy.transformer
         if format == "comfyui":
             save_comfyui_lora(path, transformer, COMFYUI_PREFIX)
+        elif format == "kohya":
+            save_kohya_file(path, transformer, kind="embedded")
         else:
             save_diffusers_lora(path, transformer)
         return io.NodeOutput(str(path))

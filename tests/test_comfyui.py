@@ -171,12 +171,19 @@ def test_training_workflow_saves_a_lora_that_lora_loader_model_only_reproduces(s
     plot = result["outputs"]["13"]["images"][0]
     assert (server.base / "output" / plot["subfolder"] / plot["filename"]).is_file()
 
+    graph = train_graph()
+    graph["11"]["inputs"].update(format="kohya", filename_prefix="loras/treerpo_trained_kohya")
+    server.run(graph, timeout=400)  # the same run (cached), saved in kohya keys
+    kohya_file = server.base / "output" / "loras" / "treerpo_trained_kohya.safetensors"
+    assert all(k.startswith("lora_unet_") for k in load_file(kohya_file))
+
     (server.base / "models" / "loras").mkdir(parents=True, exist_ok=True)
-    (server.base / "models" / "loras" / "from_training.safetensors").write_bytes(lora_file.read_bytes())
-    reloaded = saved_images(server, server.run(sample_graph(11, 2, 5, lora="from_training.safetensors")))
     base = saved_images(server, server.run(sample_graph(11, 2, 5)))
-    diff = np.abs(reloaded - trained)
-    assert diff.max() <= 1 and diff.mean() < 0.05, (diff.max(), diff.mean())
+    for file in (lora_file, kohya_file):
+        (server.base / "models" / "loras" / f"from_{file.name}").write_bytes(file.read_bytes())
+        reloaded = saved_images(server, server.run(sample_graph(11, 2, 5, lora=f"from_{file.name}")))
+        diff = np.abs(reloaded - trained)
+        assert diff.max() <= 1 and diff.mean() < 0.05, (file.name, diff.max(), diff.mean())
     assert np.abs(trained - base).max() > 0  # training changed the model
     assert "lora key not loaded" not in server.log_text()
 

@@ -51,7 +51,8 @@ def test_a_short_run_writes_every_artefact(two_iterations: Path) -> None:
     for name in ("config.yaml", "metrics.csv", "summary.json", "checkpoints/latest.json",
                  "checkpoints/iter_000002/lora.safetensors", "checkpoints/iter_000002/optimizer.pt",
                  "checkpoints/iter_000002/state.pt", "lora/comfyui_lora.safetensors",
-                 "lora/pytorch_lora_weights.safetensors", "plots/reward.png", "samples/before.png",
+                 "lora/pytorch_lora_weights.safetensors", "lora/kohya_lora.safetensors",
+                 "plots/reward.png", "samples/before.png",
                  "samples/after.png"):
         assert (run / name).is_file(), name
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
@@ -80,7 +81,8 @@ def _transformer_output(transformer: torch.nn.Module) -> torch.Tensor:
                            txt_ids=torch.zeros(16, 3), return_dict=False)[0]
 
 
-@pytest.mark.parametrize("fmt", ["comfyui_lora.safetensors", "pytorch_lora_weights.safetensors"])
+@pytest.mark.parametrize("fmt", ["comfyui_lora.safetensors", "pytorch_lora_weights.safetensors",
+                                 "kohya_lora.safetensors"])
 def test_exported_lora_reproduces_the_trained_model(two_iterations: Path, fmt: str) -> None:
     from trainer.lora import attach_lora, load_lora_state
 

@@ -308,9 +308,9 @@ class Trainer:
         """The LoRA in ComfyUI and diffusers formats, or the whole fine-tuned transformer."""
         if not self.config.lora.enabled:
             return save_full_transformer(folder, self.policy.transformer)
-        embedded = self.config.model.kind == "embedded"
+        kind = self.config.model.kind
         return save_lora_files(folder, self.policy.transformer,
-                               COMFYUI_PREFIX if embedded else DIFFUSERS_MODEL_PREFIX)
+                               COMFYUI_PREFIX if kind == "embedded" else DIFFUSERS_MODEL_PREFIX, kind=kind)
 
 
 def save_resolved_config(config: TrainConfig, run_dir: Path) -> None:

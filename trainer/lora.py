@@ -11,6 +11,9 @@ Exports:
   tensor is present, so the tensor is what keeps the strength right.
 - diffusers: ``pytorch_lora_weights.safetensors`` written by diffusers itself, with the adapter
   config in its metadata (load with ``pipe.load_lora_weights`` or :func:`load_diffusers_lora`).
+- kohya: ``kohya_lora.safetensors``, ``lora_unet_<layer>`` keys in the model's original layout
+  (FLUX's BFL names, SD3's MMDiT names; fused layers as one LoRA of the summed rank), written by
+  :mod:`trainer.lora_formats`; ComfyUI, kohya's sd-scripts and diffusers read it.
 """
 
 from __future__ import annotations
@@ -133,12 +136,17 @@ def save_diffusers_lora(path: str | os.PathLike[str], transformer: nn.Module) ->
 
 
 def save_lora_files(folder: str | os.PathLike[str], transformer: nn.Module,
-                    comfyui_prefix: str = COMFYUI_PREFIX) -> dict[str, Path]:
-    """Write the ComfyUI and diffusers files of the transformer's adapter into ``folder``."""
+                    comfyui_prefix: str = COMFYUI_PREFIX, kind: str = "embedded") -> dict[str, Path]:
+    """Write the ComfyUI, diffusers and kohya files of the transformer's adapter into ``folder``;
+    ``kind`` (``embedded``, ``flux``, ``sd3``) names the kohya layout."""
+    from .lora_formats import KOHYA_FILE, save_kohya_file
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    kohya = folder / KOHYA_FILE
+    save_kohya_file(kohya, transformer, kind=kind)
     return {"comfyui": save_comfyui_lora(folder / COMFYUI_FILE, transformer, comfyui_prefix),
-            "diffusers": save_diffusers_lora(folder / DIFFUSERS_FILE, transformer)}
+            "diffusers": save_diffusers_lora(folder / DIFFUSERS_FILE, transformer), "kohya": kohya}
 
 
 def _plain(value):

@@ -13,6 +13,7 @@ from .evaluate import generate
 from .flow import make_sigmas
 from .logs import save_image_grid
 from .lora import attach_lora, from_comfyui_state, load_diffusers_lora, load_lora_state
+from .lora_formats import kohya_kind, load_kohya_file
 from .models.embedded import EmbeddedPolicy
 
 
@@ -25,6 +26,12 @@ def load_lora_file(transformer: torch.nn.Module, path: str | Path) -> None:
         state = load_file(path)
     except (SafetensorError, OSError) as err:
         raise ValueError(f"{path} is not a readable safetensors LoRA ({err})") from None
+    kind = kohya_kind(state)
+    if kind == "sd3":
+        raise ValueError(f"{path} is a kohya SD3 LoRA; this model is the embedded (FLUX-architecture) one")
+    if kind is not None:
+        load_kohya_file(transformer, path, kind)
+        return
     if not any(k.endswith(".alpha") for k in state):
         load_diffusers_lora(transformer, path)
         return

@@ -373,20 +373,26 @@ def save_kohya_file(path: str | os.PathLike[str], transformer_or_state: nn.Modul
     return path
 
 
-def load_kohya_file(transformer: nn.Module, path: str | os.PathLike[str], kind: str,
-                    adapter_name: str = "default") -> None:
-    """Attach a kohya file's LoRA to a diffusers transformer (ranks per module as stored)."""
+def read_lora_file(path: str | os.PathLike[str]) -> dict[str, Tensor]:
+    """A LoRA file's tensors; a missing or unreadable file is a one-line error."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    _check_kind(kind)
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"LoRA file not found: {path}")
     try:
-        state = load_file(path)
+        return load_file(path)
     except (SafetensorError, OSError) as err:
         raise ValueError(f"{path} is not a readable safetensors LoRA ({err})") from None
+
+
+def load_kohya_file(transformer: nn.Module, path: str | os.PathLike[str], kind: str,
+                    adapter_name: str = "default") -> None:
+    """Attach a kohya file's LoRA to a diffusers transformer (ranks per module as stored)."""
+    _check_kind(kind)
+    path = Path(path)
+    state = read_lora_file(path)
     names = [name for name, _ in transformer.named_modules()]
     try:
         peft_state, _ = from_kohya(state, kind, modules=names)

@@ -6,26 +6,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 from .evaluate import generate
 from .flow import make_sigmas
 from .logs import save_image_grid
 from .lora import attach_lora, from_comfyui_state, load_diffusers_lora, load_lora_state
-from .lora_formats import kohya_kind, load_kohya_file
+from .lora_formats import kohya_kind, load_kohya_file, read_lora_file
 from .models.embedded import EmbeddedPolicy
 
 
 def load_lora_file(transformer: torch.nn.Module, path: str | Path) -> None:
     """Apply a LoRA file exported by this project, in ComfyUI (``.alpha``) or diffusers format."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"LoRA file not found: {path}")
-    try:
-        state = load_file(path)
-    except (SafetensorError, OSError) as err:
-        raise ValueError(f"{path} is not a readable safetensors LoRA ({err})") from None
+    state = read_lora_file(path)
     kind = kohya_kind(state)
     if kind == "sd3":
         raise ValueError(f"{path} is a kohya SD3 LoRA; this model is the embedded (FLUX-architecture) one")

@@ -9,7 +9,7 @@ RAPIDOCR ?= rapidocr-onnxruntime==1.4.4
 
 COMFYUI ?= .comfyui
 
-.PHONY: venv comfyui test lint demo
+.PHONY: venv comfyui test lint demo workflows
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml requirements.txt
@@ -35,3 +35,7 @@ demo: venv
 
 lint: venv
 	$(PY) -m ruff check .
+
+# Regenerate the UI-format workflows from their API-format sources (after a node's inputs change)
+workflows: venv comfyui
+	$(PY) scripts/api_to_ui.py workflows/*.api.json

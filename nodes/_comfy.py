@@ -23,12 +23,18 @@ import torch
 from comfy_api.latest import ComfyExtension, io
 
 __all__ = ["ComfyExtension", "embedded_model_patcher", "embedded_policy_of", "guided_sample", "io",
-           "ksampler", "model_sigmas", "output_directory", "progress_bar", "temp_directory"]
+           "ksampler", "model_sigmas", "models_directory", "output_directory", "progress_bar",
+           "temp_directory"]
 
 
 def output_directory() -> str:
     """ComfyUI's output folder (what SaveImage writes into)."""
     return folder_paths.get_output_directory()
+
+
+def models_directory() -> str:
+    """ComfyUI's models folder (relative reward weight paths are looked up under it)."""
+    return folder_paths.models_dir
 
 
 def temp_directory() -> str:

@@ -13,22 +13,27 @@ def parse_lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
 
 
-def parse_weights(text: str) -> dict[str, str]:
-    """``name=path`` lines -> ``{name: path}``; anything else is a one-line error."""
+def parse_weights(text: str, base: str | Path | None = None) -> dict[str, str]:
+    """``name=path`` lines -> ``{name: path}``; anything else is a one-line error. A relative path
+    is taken under ``base`` (ComfyUI's models folder) when it exists there, so saved workflows do
+    not depend on the folder ComfyUI was started from."""
     out: dict[str, str] = {}
     for line in parse_lines(text):
         name, sep, path = line.partition("=")
         if not sep or not name.strip() or not path.strip():
             raise ValueError(f"reward weights line {line!r}: expected name=path, "
                              "e.g. hps-v2.1=/models/hps.pt")
-        out[name.strip()] = path.strip()
+        path = path.strip()
+        if base is not None and not Path(path).is_absolute() and (Path(base) / path).exists():
+            path = str(Path(base) / path)
+        out[name.strip()] = path
     return out
 
 
-def check_rewards(reward: str, weights_text: str) -> dict[str, str]:
+def check_rewards(reward: str, weights_text: str, base: str | Path | None = None) -> dict[str, str]:
     """The reward spec's names exist, each model reward has a weights path, and each path exists."""
     names = [t.name for t in parse_reward_spec(reward)]
-    weights = parse_weights(weights_text)
+    weights = parse_weights(weights_text, base)
     paths = bind_weights(names, [f"{name}={path}" for name, path in weights.items()])
     for name, path in paths.items():
         if not Path(path).exists():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..trainer.rewards.mix import RewardMix
-from ._comfy import io
+from ._comfy import io, models_directory
 from .inputs import check_rewards, parse_lines, parse_weights
 
 CATEGORY = "TreeRPO/rewards"
@@ -52,7 +52,7 @@ class TreeRPORewardScore(io.ComfyNode):
     @classmethod
     def validate_inputs(cls, reward: str = "scene", reward_weights: str = "", **_: Any) -> bool | str:
         try:
-            check_rewards(reward, reward_weights)
+            check_rewards(reward, reward_weights, models_directory())
         except (ValueError, FileNotFoundError) as err:
             return str(err)
         return True
@@ -60,7 +60,7 @@ class TreeRPORewardScore(io.ComfyNode):
     @classmethod
     def execute(cls, images: Any, prompts: str, reward: str, reward_weights: str) -> io.NodeOutput:
         batch = images.permute(0, 3, 1, 2).float()  # ComfyUI IMAGE: [B, H, W, 3] in [0, 1]
-        mix = RewardMix(reward, parse_weights(reward_weights))
+        mix = RewardMix(reward, parse_weights(reward_weights, models_directory()))
         out = mix(batch, prompts_for(prompts, batch.shape[0]))
         names = mix.names
         scores = {names[0]: out["reward"]} if len(names) == 1 else {

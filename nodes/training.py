@@ -23,6 +23,7 @@ from ._comfy import (
     embedded_model_patcher,
     embedded_policy_of,
     io,
+    models_directory,
     output_directory,
     progress_bar,
     temp_directory,
@@ -87,8 +88,8 @@ class TreeRPOTrainLoRA(io.ComfyNode):
     def validate_inputs(cls, reward: str = "scene", reward_weights: str = "", settings: str = "",
                         strategy: str = "dynamic_treerpo", **_: Any) -> bool | str:
         try:
-            check_rewards(reward, reward_weights)
-            check_plan(node_config(1, [], reward, parse_weights(reward_weights), strategy, 0, settings))
+            weights = check_rewards(reward, reward_weights, models_directory())
+            check_plan(node_config(1, [], reward, weights, strategy, 0, settings))
         except (ValueError, TypeError, FileNotFoundError) as err:
             return str(err)
         return True
@@ -98,8 +99,8 @@ class TreeRPOTrainLoRA(io.ComfyNode):
                 strategy: str, seed: int, settings: str, previous: TrainingState | None = None
                 ) -> io.NodeOutput:
         policy, shift = embedded_policy_of(model)
-        config = node_config(iterations, parse_lines(prompts), reward, parse_weights(reward_weights),
-                             strategy, seed, settings)
+        weights = parse_weights(reward_weights, models_directory())
+        config = node_config(iterations, parse_lines(prompts), reward, weights, strategy, seed, settings)
         bar = progress_bar(iterations)
         run = train_steps(policy.fresh_copy(), config, iterations, previous,
                           on_iteration=lambda done, _row: bar.update_absolute(done, iterations))

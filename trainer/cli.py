@@ -121,6 +121,40 @@ def _run_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_run_workflow(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run-workflow", help="run a ComfyUI workflow (API or UI JSON) headless, here",
+                       description="Load ComfyUI (its built-in nodes and this pack, from this checkout), "
+                                   "validate the workflow as the server does, run it, and list the files "
+                                   "it wrote. Exit status: 0 done, 2 refused by validation, 1 a node failed.")
+    p.add_argument("workflow", type=Path, help="workflow JSON: API format (Export (API)) or the web UI's")
+    p.add_argument("--comfyui", type=Path, default=None,
+                   help="ComfyUI folder (default: $TREERPO_COMFYUI, else .comfyui of this checkout)")
+    p.add_argument("--output", type=Path, default=None,
+                   help="output folder for SaveImage and the pack's savers (default: ComfyUI's own)")
+    p.add_argument("--verbose", action="store_true", help="show ComfyUI's log and progress bars")
+    p.set_defaults(func=_run_run_workflow)
+
+
+def _run_run_workflow(args: argparse.Namespace) -> int:
+    from .comfy_runner import WorkflowExecutionError, WorkflowValidationError, format_result, run_workflow
+
+    def report(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        result = run_workflow(args.workflow, comfyui=args.comfyui, output=args.output, report=report,
+                              verbose=args.verbose)
+    except WorkflowValidationError as err:
+        for line in err.lines:
+            print(f"treerpo run-workflow: invalid: {line}", file=sys.stderr)
+        return 2
+    except WorkflowExecutionError as err:
+        print(f"treerpo run-workflow: error: {err}", file=sys.stderr)
+        return 1
+    print(format_result(result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="treerpo", description="Dynamic-TreeRPO for flow-matching "
                                      "text-to-image models.")
@@ -129,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_sample(sub)
     _add_score(sub)
+    _add_run_workflow(sub)
     return parser
 
 

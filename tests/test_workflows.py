@@ -1,0 +1,266 @@
+"""The saved workflows (workflows/): each runs to success in a real ComfyUI server and in-process
+through ``treerpo run-workflow``; the UI files are the same graphs as the API files and use only
+nodes, inputs and widgets the server knows; the FLUX template is refused for exactly its missing
+model files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from comfyui_server import REPO, Server, require_comfyui, start_server, stop_server
+from PIL import Image
+
+from trainer.workflow_format import api_to_ui, node_inputs, ui_to_api
+
+WORKFLOWS = REPO / "workflows"
+NAMES = ("train_embedded", "sample_and_score", "best_of_tree", "flux_dev_template")
+FLUX_FILES = {"flux1-dev.safetensors", "clip_l.safetensors", "t5xxl_fp16.safetensors", "ae.safetensors",
+              "HPS_v2.1_compressed.pt"}
+# image output node -> (file name prefix, image count, image side) of each runnable workflow
+IMAGES = {
+    "train_embedded": {"5": ("treerpo/train_history", 1, None), "10": ("treerpo/train_samples", 4, 64)},
+    "sample_and_score": {"6": ("treerpo/sample_and_score", 4, 64)},
+    "best_of_tree": {"5": ("treerpo/best_of_tree_best", 1, 64), "6": ("treerpo/best_of_tree_leaves", 8, 64)},
+}
+LORA = "loras/treerpo_embedded.safetensors"
+
+
+def api(name: str) -> dict:
+    return json.loads((WORKFLOWS / f"{name}.api.json").read_text())
+
+
+def ui(name: str) -> dict:
+    return json.loads((WORKFLOWS / f"{name}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def comfyui() -> Path:
+    return require_comfyui()
+
+
+@pytest.fixture(scope="module")
+def server(comfyui: Path, tmp_path_factory) -> Iterator[Server]:
+    srv = start_server(comfyui, tmp_path_factory.mktemp("comfyui"))
+    yield srv
+    stop_server(srv)
+
+
+@pytest.fixture(scope="module")
+def object_info(server: Server) -> dict:
+    return server.get("/object_info")
+
+
+def run_cli(comfyui: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python -m trainer run-workflow`` from the repo root, where this checkout's ``nodes/`` is
+    importable and must not shadow ComfyUI's ``nodes``."""
+    env = {**os.environ, "TREERPO_COMFYUI": str(comfyui), "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "trainer", "run-workflow", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def load_png(path: Path) -> np.ndarray:
+    return np.asarray(Image.open(path).convert("RGB"))
+
+
+def check_outputs(name: str, output: Path, listed: list[Path] | None = None) -> None:
+    """The images, LoRA and score tables a user of the workflow gets, in ``output``."""
+    for prefix, count, side in IMAGES[name].values():
+        files = sorted(output.glob(f"{prefix}_*.png"))
+        assert len(files) == count, (prefix, files)
+        for file in files:
+            image = load_png(file)
+            assert image.std() > 5, file  # content, not a flat field
+            if side is not None:
+                assert image.shape[:2] == (side, side), (file, image.shape)
+        if listed is not None:
+            assert set(files) <= set(listed), (files, listed)
+    if name == "train_embedded":
+        from safetensors.torch import load_file
+
+        state = load_file(output / LORA)
+        ups = [v for k, v in state.items() if k.endswith("lora_up.weight")]
+        assert ups and any(float(v.abs().max()) > 0 for v in ups)  # trained, not the zero init
+        assert all(k.startswith("diffusion_model.") for k in state)  # ComfyUI's key format
+    if name == "best_of_tree":  # the best image is the leaf with the highest reward
+        leaves = [load_png(f) for f in sorted(output.glob("treerpo/best_of_tree_leaves_*.png"))]
+        best = load_png(next(output.glob("treerpo/best_of_tree_best_*.png")))
+        matches = [i for i, leaf in enumerate(leaves) if np.array_equal(leaf, best)]
+        assert len(matches) == 1, matches
+
+
+def table_rows(text: str) -> list[list[str]]:
+    return [line.split("\t") for line in text.strip().splitlines()]
+
+
+def check_tables(name: str, texts: dict[str, list[str]]) -> None:
+    if name == "sample_and_score":
+        rows = table_rows(texts["7"][0])
+        assert rows[0] == ["image", "scene"] and rows[-1][0] == "mean" and len(rows) == 6, rows
+        assert abs(np.mean([float(r[1]) for r in rows[1:-1]]) - float(rows[-1][1])) < 1e-3
+    if name == "best_of_tree":
+        rows = table_rows(texts["4"][0])[1:]
+        scores = [float(r[1]) for r in rows]
+        assert len(rows) == 8 and [r[-1] for r in rows].count("<- best") == 1
+        assert rows[int(np.argmax(scores))][-1] == "<- best"
+
+
+# ------------------------------------------------------------------------------ formats
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ui_file_converts_back_to_the_api_graph(name: str, object_info: dict) -> None:
+    assert ui_to_api(ui(name), object_info) == api(name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ui_file_is_what_api_to_ui_writes_now(name: str, object_info: dict) -> None:
+    """A stale UI file (a node's widgets or outputs changed) fails here: regenerate it with
+    ``python scripts/api_to_ui.py workflows/*.api.json``."""
+    fresh = api_to_ui(api(name), object_info, ui(name)["id"])
+    assert fresh == ui(name), f"workflows/{name}.json is stale: run scripts/api_to_ui.py"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ui_file_uses_only_nodes_inputs_and_widgets_the_server_knows(name: str, object_info: dict) -> None:
+    workflow = ui(name)
+    nodes = {n["id"]: n for n in workflow["nodes"]}
+    for node in workflow["nodes"]:
+        assert node["type"] in object_info, node["type"]
+        definition = object_info[node["type"]]
+        specs = {s.name: s for s in node_inputs(definition)}
+        widgets = [s for s in specs.values() if s.widget]
+        assert len(node["widgets_values"]) == len(widgets) + sum(s.control for s in widgets), node["type"]
+        for entry in node["inputs"]:
+            spec = specs.get(entry["name"])
+            assert spec is not None and spec.type == entry["type"], (node["type"], entry)
+        assert [(o["name"], o["type"]) for o in node["outputs"]] == list(zip(
+            definition["output_name"], definition["output"], strict=True))
+    for link_id, src, src_slot, dst, dst_slot, link_type in workflow["links"]:
+        assert nodes[src]["outputs"][src_slot]["type"] == link_type
+        assert link_id in nodes[src]["outputs"][src_slot]["links"]
+        assert nodes[dst]["inputs"][dst_slot]["link"] == link_id
+        assert nodes[dst]["inputs"][dst_slot]["type"] in (link_type, "*")
+
+
+def test_ui_conversion_skips_notes_and_follows_reroutes_and_bypassed_nodes(object_info: dict) -> None:
+    """What a user's edited UI file may hold: a note, a reroute on a link, a bypassed node."""
+    workflow = ui("sample_and_score")
+    decode = next(n for n in workflow["nodes"] if n["type"] == "TreeRPOEmbeddedDecode")
+    save = next(n for n in workflow["nodes"] if n["type"] == "SaveImage")
+    link = next(lk for lk in workflow["links"] if lk[3] == save["id"])
+    workflow["nodes"] += [
+        {"id": 50, "type": "Note", "inputs": [], "outputs": [], "widgets_values": ["a note"]},
+        {"id": 51, "type": "Reroute", "inputs": [{"name": "", "type": "*", "link": 90}],
+         "outputs": [{"name": "", "type": "IMAGE", "links": [91]}], "widgets_values": []},
+        {"id": 52, "type": "ImageInvert", "mode": 4,
+         "inputs": [{"name": "image", "type": "IMAGE", "link": 91}],
+         "outputs": [{"name": "IMAGE", "type": "IMAGE", "links": [link[0]]}], "widgets_values": []}]
+    workflow["links"] += [[90, decode["id"], 0, 51, 0, "IMAGE"], [91, 51, 0, 52, 0, "IMAGE"]]
+    link[1:3] = [52, 0]
+    assert ui_to_api(workflow, object_info) == api("sample_and_score")
+
+
+# ------------------------------------------------------------------------------ running
+
+
+@pytest.mark.parametrize("name", list(IMAGES))
+def test_workflow_runs_in_the_server(name: str, server: Server) -> None:
+    result = server.run(api(name), timeout=500)
+    assert result["status"]["status_str"] == "success", result["status"]
+    output = server.base / "output"
+    for node, (prefix, count, _) in IMAGES[name].items():
+        images = result["outputs"][node]["images"]
+        assert len(images) == count and all(i["type"] == "output" for i in images)
+        assert all(f"{i['subfolder']}/{i['filename']}".startswith(prefix) for i in images)
+    check_outputs(name, output)
+    check_tables(name, {node: ui.get("text", []) for node, ui in result["outputs"].items()})
+
+
+@pytest.mark.parametrize(("name", "kind"), [(n, "api") for n in IMAGES] + [("sample_and_score", "ui")])
+def test_workflow_runs_in_process_with_treerpo_run_workflow(name: str, kind: str, comfyui: Path,
+                                                            tmp_path: Path) -> None:
+    file = WORKFLOWS / (f"{name}.api.json" if kind == "api" else f"{name}.json")
+    out = (tmp_path / "out").resolve()
+    done = run_cli(comfyui, str(file), "--output", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith(f"output folder: {out}"), lines
+    listed = [out / line.strip() for line in lines[1:] if line.startswith("  ") and "\t" not in line]
+    check_outputs(name, out, listed)
+    if name == "train_embedded":
+        assert out / LORA in listed
+    texts: dict[str, list[str]] = {}  # the summary's "node N text:" blocks
+    for i, line in enumerate(lines):
+        if line.startswith("node ") and line.endswith(" text:"):
+            block = []
+            for following in lines[i + 1:]:
+                if not following.startswith("  "):
+                    break
+                block.append(following[2:])
+            texts[line.split()[1]] = ["\n".join(block)]
+    check_tables(name, texts)
+    for node in api(name).values():  # the progress report names each node that ran
+        assert f"({node['class_type']})" in done.stderr
+
+
+def test_flux_template_is_refused_by_the_server_for_its_missing_files_only(server: Server) -> None:
+    status, body = server.post_prompt(api("flux_dev_template"))
+    assert status == 400 and body["error"]["type"] == "prompt_outputs_failed_validation", body
+    named: set[str] = set()
+    for node_id, entry in body["node_errors"].items():
+        for error in entry["errors"]:
+            assert error["type"] in ("value_not_in_list", "custom_validation_failed"), (node_id, error)
+            files = {f for f in FLUX_FILES if f in error["details"]}
+            assert len(files) == 1, (node_id, error)  # each error is about one missing file
+            named |= files
+    assert named == FLUX_FILES
+
+
+def test_flux_template_loaders_name_their_downloads(object_info: dict) -> None:
+    nodes = ui("flux_dev_template")["nodes"]
+    models = {m["name"]: m for n in nodes for m in n["properties"].get("models", [])}
+    assert set(models) == FLUX_FILES - {"HPS_v2.1_compressed.pt"}
+    assert all(m["url"].startswith("https://huggingface.co/") and m["url"].endswith(name)
+               for name, m in models.items())
+    assert "black-forest-labs/FLUX.1-dev" in models["flux1-dev.safetensors"]["url"]
+    assert "comfyanonymous/flux_text_encoders" in models["t5xxl_fp16.safetensors"]["url"]
+
+
+def test_flux_template_in_process_exits_2_with_one_line_per_missing_file(comfyui: Path,
+                                                                         tmp_path: Path) -> None:
+    done = run_cli(comfyui, str(WORKFLOWS / "flux_dev_template.json"), "--output", str(tmp_path))
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    named = [{f for f in FLUX_FILES if f in line} for line in lines]
+    assert all(len(files) == 1 for files in named), lines
+    assert set().union(*named) == FLUX_FILES and len(lines) == len(FLUX_FILES), lines
+    assert all(line.startswith("treerpo run-workflow: invalid: node ") for line in lines), lines
+
+
+def test_a_failing_node_exits_1_with_its_message(comfyui: Path, tmp_path: Path) -> None:
+    graph = api("sample_and_score")
+    graph["1"]["inputs"]["weights"] = str(tmp_path / "no-such-weights")
+    file = tmp_path / "broken.api.json"
+    file.write_text(json.dumps(graph))
+    done = run_cli(comfyui, str(file), "--output", str(tmp_path / "out"))
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("treerpo run-workflow: error: node 1 (TreeRPOEmbeddedLoader) failed: ")
+    assert "no-such-weights" in last and "Traceback" not in done.stderr
+
+
+def test_missing_comfyui_is_one_line_saying_make_comfyui(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TREERPO_COMFYUI"}
+    command = [sys.executable, "-m", "trainer", "run-workflow", str(WORKFLOWS / "best_of_tree.json"),
+               "--comfyui", str(tmp_path)]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "make comfyui" in done.stderr, done.stderr

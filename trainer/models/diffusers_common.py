@@ -45,6 +45,12 @@ def parse_dtype(value: str | torch.dtype) -> torch.dtype:
     return DTYPES[key]
 
 
+def check_sequence_length(value: int, limit: int) -> None:
+    """T5's token budget: 1 to ``limit`` (512 for both pipelines' T5)."""
+    if not 1 <= value <= limit:
+        raise ValueError(f"max_sequence_length must be in [1, {limit}], got {value}")
+
+
 def check_resolution(height: int, width: int, multiple: int = 16) -> None:
     """Pixel sizes must be positive multiples of ``multiple`` (VAE /8, then 2x2 patches)."""
     for name, value in (("height", height), ("width", width)):

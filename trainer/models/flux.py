@@ -28,6 +28,7 @@ from .diffusers_common import (
     ModelSource,
     PromptEncoder,
     check_resolution,
+    check_sequence_length,
     load_local,
     load_transformer,
     module_device,
@@ -68,9 +69,7 @@ class FluxPolicy(DiffusersPolicy):
                  max_sequence_length: int = MAX_T5_TOKENS, offload: bool = False,
                  gradient_checkpointing: bool = False, decode_batch: int = 4,
                  device: str | torch.device | None = None, vae_scale_factor: int | None = None) -> None:
-        if not 1 <= max_sequence_length <= MAX_T5_TOKENS:
-            raise ValueError(f"max_sequence_length must be in [1, {MAX_T5_TOKENS}], "
-                             f"got {max_sequence_length}")
+        check_sequence_length(max_sequence_length, MAX_T5_TOKENS)
         if prompt_encoder is None and None in (text_encoder, tokenizer, text_encoder_2, tokenizer_2):
             raise ValueError("FluxPolicy needs CLIP and T5 (text_encoder, tokenizer, text_encoder_2, "
                              "tokenizer_2) or a prompt_encoder callable")

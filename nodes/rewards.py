@@ -50,7 +50,7 @@ class TreeRPORewardScore(io.ComfyNode):
             is_output_node=True)
 
     @classmethod
-    def validate_inputs(cls, reward: str = "scene", reward_weights: str = "", **_: Any) -> bool | str:
+    def validate_inputs(cls, reward: str, reward_weights: str) -> bool | str:
         try:
             check_rewards(reward, reward_weights, models_directory())
         except (ValueError, FileNotFoundError) as err:

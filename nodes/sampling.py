@@ -96,10 +96,9 @@ class TreeRPOTreeSampler(io.ComfyNode):
             outputs=[io.Latent.Output(display_name="leaves"), TreeType.Output(display_name="tree")])
 
     @classmethod
-    def validate_inputs(cls, steps: int = 10, depth: int = 3, branching: int = 2, window_start: int = 0,
-                        noise_level: float = 0.6, **_: Any) -> bool | str:
+    def validate_inputs(cls, steps: int, depth: int, window_start: int) -> bool | str:
         try:
-            tree_config(steps, depth, branching, window_start, noise_level)
+            tree_config(steps, depth, 2, window_start, 0.6)
         except ValueError as err:
             return str(err)
         return True
@@ -166,11 +165,10 @@ class TreeRPOBestOfTree(io.ComfyNode):
             is_output_node=True)
 
     @classmethod
-    def validate_inputs(cls, steps: int = 10, depth: int = 3, branching: int = 2, window_start: int = 0,
-                        noise_level: float = 0.6, reward: str = "scene", reward_weights: str = "",
-                        **_: Any) -> bool | str:
+    def validate_inputs(cls, steps: int, depth: int, window_start: int, reward: str,
+                        reward_weights: str) -> bool | str:
         try:
-            tree_config(steps, depth, branching, window_start, noise_level)
+            tree_config(steps, depth, 2, window_start, 0.6)
             check_rewards(reward, reward_weights, models_directory())
         except (ValueError, FileNotFoundError) as err:
             return str(err)

@@ -85,8 +85,8 @@ class TreeRPOTrainLoRA(io.ComfyNode):
                                           tooltip="for ComfyUI's own Save LoRA Weights and Load LoRA Model")])
 
     @classmethod
-    def validate_inputs(cls, reward: str = "scene", reward_weights: str = "", settings: str = "",
-                        strategy: str = "dynamic_treerpo", **_: Any) -> bool | str:
+    def validate_inputs(cls, reward: str, reward_weights: str, settings: str, strategy: str) -> bool | str:
+        # named parameters only: with **kwargs ComfyUI would skip its own min/max checks
         try:
             weights = check_rewards(reward, reward_weights, models_directory())
             check_plan(node_config(1, [], reward, weights, strategy, 0, settings))
@@ -134,7 +134,7 @@ class TreeRPOSaveLoRA(io.ComfyNode):
             outputs=[io.String.Output(display_name="path")], is_output_node=True)
 
     @classmethod
-    def validate_inputs(cls, filename_prefix: str = "", **_: Any) -> bool | str:
+    def validate_inputs(cls, filename_prefix: str) -> bool | str:
         if ".." in Path(filename_prefix).parts or Path(filename_prefix).is_absolute():
             return f"file name {filename_prefix!r} leaves ComfyUI's output folder"
         return True

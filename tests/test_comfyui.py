@@ -128,7 +128,8 @@ def test_missing_weights_folder_fails_validation_of_the_run_and_server_keeps_ser
     assert "TreeRPOEmbeddedLoader" in server.get("/object_info/TreeRPOEmbeddedLoader")
 
 
-TRAINING_NODE_IDS = ("TreeRPOTrainLoRA", "TreeRPOSaveLoRA", "TreeRPOPlotHistory", "TreeRPORewardScore")
+TRAINING_NODE_IDS = ("TreeRPOTrainLoRA", "TreeRPOSaveLoRA", "TreeRPOPlotHistory", "TreeRPORewardScore",
+                     "TreeRPOTreeSampler", "TreeRPOFlowSDESampler", "TreeRPOBestOfTree")
 SMALL_SETTINGS = "\n".join(["data.prompts_per_iteration=2", "tree.steps=4", "tree.depth=2", "lora.rank=4",
                             "lora.alpha=8.0", "optim.lr=0.02"])
 
@@ -232,6 +233,7 @@ def test_reward_score_node_scores_images_like_the_trainer(server: Server) -> Non
     ({"settings": "tree.dept=3"}, "unknown key 'tree.dept'"),
     ({"reward": "hps-v2.1", "reward_weights": "hps-v2.1=/nonexistent/hps.pt"},
      "weights of reward 'hps-v2.1' not found: /nonexistent/hps.pt"),
+    ({"iterations": 0}, "smaller than min"),  # ComfyUI's own range check still applies
 ])
 def test_bad_training_inputs_fail_validation_and_the_server_keeps_serving(
         server: Server, change: dict, message: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..trainer.rewards.mix import RewardMix
+from ..trainer.score import format_scores
 from ._comfy import io, models_directory
 from .inputs import check_rewards, parse_lines, parse_weights
 
@@ -21,13 +22,6 @@ def prompts_for(text: str, count: int) -> list[str]:
         raise ValueError(f"{count} images but {len(lines)} prompt lines: "
                          "give one line per image or one for all")
     return lines
-
-
-def score_table(names: list[str], scores: dict[str, Any], count: int) -> str:
-    header = "\t".join(["image", *names])
-    rows = ["\t".join([str(i), *(f"{float(scores[n][i]):.4f}" for n in names)]) for i in range(count)]
-    mean = "\t".join(["mean", *(f"{float(scores[n].float().mean()):.4f}" for n in names)])
-    return "\n".join([header, *rows, mean])
 
 
 class TreeRPORewardScore(io.ComfyNode):
@@ -66,7 +60,7 @@ class TreeRPORewardScore(io.ComfyNode):
         scores = {names[0]: out["reward"]} if len(names) == 1 else {
             **{n: out[f"reward_{n}"] for n in names}, "weighted": out["reward"]}
         columns = list(scores)
-        table = score_table(columns, scores, batch.shape[0])
+        table = format_scores([str(i) for i in range(batch.shape[0])], scores)
         final = scores[columns[-1]]
         return io.NodeOutput([float(v) for v in final], table, ui={"text": [table]})
 

@@ -24,6 +24,8 @@ __all__ = [
     "atomic_torch_save",
     "atomic_write_bytes",
     "atomic_write_text",
+    "load_state_dict_file",
+    "one_line",
     "safe_torch_load",
 ]
 
@@ -117,9 +119,39 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
         torch.save(obj, tmp)
 
 
-def safe_torch_load(path: str | os.PathLike[str]) -> Any:
+def safe_torch_load(path: str | os.PathLike[str], mmap: bool = False) -> Any:
     """Load a ``torch.save`` file onto the CPU without running pickled code (``weights_only``).
 
     A file that tries to build arbitrary objects raises ``pickle.UnpicklingError`` instead.
+    ``mmap`` keeps a multi-GB file out of RAM until each tensor is read (zip-format files only).
     """
-    return torch.load(path, weights_only=True, map_location="cpu")
+    return torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
+
+
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception's message squeezed to one short line, for wrapping library errors."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def load_state_dict_file(path: str | os.PathLike[str]) -> dict[str, Tensor]:
+    """A flat ``{name: tensor}`` dict from a third-party ``.pt``/``.bin`` checkpoint, safely.
+
+    Accepts a bare state dict or one under ``"state_dict"`` (training checkpoints); strips the
+    ``module.`` prefix DataParallel adds. Truncated or foreign files are a one-line ValueError.
+    """
+    try:
+        try:
+            obj = safe_torch_load(path, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc):
+                raise
+            obj = safe_torch_load(path)  # legacy (non-zip) format
+    except Exception as exc:
+        raise ValueError(f"cannot read checkpoint {path} (corrupt, truncated or not a plain tensor "
+                         f"checkpoint): {one_line(exc)}") from None
+    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
+        obj = obj["state_dict"]
+    if not isinstance(obj, dict) or not obj or not all(isinstance(v, Tensor) for v in obj.values()):
+        raise ValueError(f"checkpoint {path} does not hold a state dict of tensors")
+    return {str(k).removeprefix("module."): v for k, v in obj.items()}

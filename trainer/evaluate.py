@@ -31,7 +31,7 @@ class EvalPair:
 def held_out_pairs(count: int, seed: int) -> list[EvalPair]:
     """``count`` fixed prompt/seed pairs for evaluation."""
     rng = np.random.default_rng(seed)
-    return [EvalPair(spec_to_prompt(sample_spec(rng)), seed * 100_003 + i) for i in range(count)]
+    return pairs_from_prompts([spec_to_prompt(sample_spec(rng)) for _ in range(count)], count, seed)
 
 
 def pairs_from_prompts(prompts: Sequence[str], count: int, seed: int) -> list[EvalPair]:

@@ -170,6 +170,12 @@ def _points(rows: Sequence[Mapping[str, str]], x: str, y: str) -> tuple[list[flo
     return xs, ys
 
 
+def finite_numbers(row: Mapping[str, Any]) -> dict[str, float]:
+    """The finite numeric values of a metrics row (what TensorBoard and histories keep)."""
+    return {k: float(v) for k, v in row.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+
+
 def plot_curves(rows: Sequence[Mapping[str, str]], out_png: str | os.PathLike[str], x: str = "iteration",
                 ys: Sequence[str | Sequence[str]] = ("reward_mean", "eval_reward"), title: str = "") -> None:
     """Plot columns of :func:`read_csv` rows against ``x``, one subplot per entry of ``ys``.

@@ -60,12 +60,13 @@ def resolve_device(name: str) -> torch.device:
 def build_policy(config: TrainConfig) -> Policy:
     """The model named by ``config.model`` (no adapter yet)."""
     m = config.model
-    if not m.cudnn_attention and resolve_device(m.device).type == "cuda":
+    device = resolve_device(m.device)
+    if not m.cudnn_attention and device.type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(False)  # see ModelConfig.cudnn_attention
     if m.kind == "embedded":
-        return EmbeddedPolicy.from_pretrained(m.path).to(resolve_device(m.device))
+        return EmbeddedPolicy.from_pretrained(m.path).to(device)
     options: dict[str, Any] = dict(height=m.height, width=m.width, dtype=m.dtype,
-                                   device=resolve_device(m.device), offload=m.offload,
+                                   device=device, offload=m.offload,
                                    gradient_checkpointing=m.gradient_checkpointing,
                                    decode_batch=m.decode_batch, transformer_file=m.transformer_file)
     if m.guidance is not None:
@@ -104,13 +105,19 @@ def window_for(config: TrainConfig, iteration: int) -> int | None:
                         w.roll_back, config.seed)
 
 
+def iteration_plan(config: TrainConfig, sigmas: torch.Tensor, iteration: int,
+                   noise_unshuffle: int = 1) -> RolloutPlan:
+    """The rollout plan of ``iteration`` (its window, and DanceGRPO's trained steps)."""
+    return build_plan(config.strategy_config, sigmas, window_for(config, iteration),
+                      seed=config.seed * 1_000_003 + iteration,
+                      log_prob_reduction=config.sampling.log_prob, noise_unshuffle=noise_unshuffle)
+
+
 def check_plan(config: TrainConfig) -> None:
     """Build iteration 0's rollout plan without a model: bad tree, window or strategy options fail
     here in one line (front ends validate with it before anything runs)."""
-    strategy = config.strategy_config
-    sigmas = make_sigmas(config.sampling.schedule, strategy.steps, config.sampling.shift, image_tokens=64)
-    build_plan(strategy, sigmas, window_for(config, 0), seed=0,
-               log_prob_reduction=config.sampling.log_prob)
+    s = config.sampling
+    iteration_plan(config, make_sigmas(s.schedule, config.strategy_config.steps, s.shift, image_tokens=64), 0)
 
 
 def iteration_seeds(seed: int, iteration: int, count: int) -> list[int]:
@@ -222,10 +229,8 @@ class Trainer:
     # ------------------------------------------------------------------ one iteration
     def plan(self, iteration: int) -> RolloutPlan:
         """The rollout plan of ``iteration`` (its window, and DanceGRPO's trained steps)."""
-        c = self.config
-        return build_plan(self.strategy, self.sigmas, self.window(iteration),
-                          seed=c.seed * 1_000_003 + iteration, log_prob_reduction=c.sampling.log_prob,
-                          noise_unshuffle=getattr(self.policy, "latent_unshuffle", 1))
+        return iteration_plan(self.config, self.sigmas, iteration,
+                              getattr(self.policy, "latent_unshuffle", 1))
 
     def window(self, iteration: int) -> int | None:
         return window_for(self.config, iteration)

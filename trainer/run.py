@@ -8,13 +8,20 @@ already finished run only re-writes the final artefacts).
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from .atomic import atomic_write_text
 from .config_io import ConfigError, load_config
-from .logs import MetricsCsv, TensorBoardLogger, make_progress, plot_curves, read_csv, save_image_grid
+from .logs import (
+    MetricsCsv,
+    TensorBoardLogger,
+    finite_numbers,
+    make_progress,
+    plot_curves,
+    read_csv,
+    save_image_grid,
+)
 from .loop import COLUMNS, SAMPLE_PAIRS, Trainer, checkpoint, resume_point, save_resolved_config
 from .train_config import TrainConfig
 
@@ -32,11 +39,6 @@ def resolve_config(config_path: str | None, overrides: list[str], run_dir: Path,
 
 def _eval_row(metrics: dict[str, float]) -> dict[str, float]:
     return {k: metrics[k] for k in SUMMARY_KEYS if k in metrics}
-
-
-def _numeric(row: dict[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in row.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
 
 
 def run_training(config: TrainConfig, run_dir: str | Path, resume: bool = False,
@@ -73,7 +75,7 @@ def run_training(config: TrainConfig, run_dir: str | Path, resume: bool = False,
                 scores, final_images = trainer.evaluate()
                 row.update(_eval_row(scores))
             metrics.append(row)
-            board.log(it + 1, _numeric(row))
+            board.log(it + 1, finite_numbers(row))
             if (it + 1) % config.checkpoint_every == 0 or last:
                 checkpoint(trainer, run_dir, it + 1, wall)
             bar.update(1)

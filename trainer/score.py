@@ -72,11 +72,13 @@ def score_folder(reward_spec: str, folder: str | Path, prompts: Sequence[str],
     return files, scores
 
 
-def format_scores(files: Sequence[Path], scores: dict[str, Tensor]) -> str:
-    """One row per image and a final ``mean`` row, tab-separated, a column per reward."""
+def format_scores(rows: Sequence[Path | str], scores: dict[str, Tensor]) -> str:
+    """One row per image (labelled by its file name, or the given label) and a final ``mean`` row,
+    tab-separated, a column per reward."""
     names = list(scores)
     lines = ["\t".join(["image", *names])]
-    for i, file in enumerate(files):
-        lines.append("\t".join([file.name, *(f"{float(scores[n][i]):.4f}" for n in names)]))
+    for i, row in enumerate(rows):
+        label = row.name if isinstance(row, Path) else str(row)
+        lines.append("\t".join([label, *(f"{float(scores[n][i]):.4f}" for n in names)]))
     lines.append("\t".join(["mean", *(f"{float(scores[n].mean()):.4f}" for n in names)]))
     return "\n".join(lines)

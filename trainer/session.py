@@ -9,13 +9,13 @@ derives from ``(seed, i)``, the LoRA and optimizer state carry over).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
+from .logs import finite_numbers
 from .loop import Trainer
 from .lora import lora_state_dict
 from .policy import Policy
@@ -40,12 +40,7 @@ class TrainingState:
 
 
 def _history_row(row: dict[str, Any]) -> dict[str, float]:
-    out = {"iteration": float(row["iteration"])}
-    for key in HISTORY_KEYS:
-        value = row.get(key)
-        if isinstance(value, (int, float)) and math.isfinite(float(value)):
-            out[key] = float(value)
-    return out
+    return {k: v for k, v in finite_numbers(row).items() if k == "iteration" or k in HISTORY_KEYS}
 
 
 def train_steps(policy: Policy, config: TrainConfig, count: int, previous: TrainingState | None = None,

@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..atomic import one_line
+
 # ViT-H-14 (HPS v2/v2.1, PickScore): 1280-wide image tower with 80-wide heads, 1024-wide text tower with
 # 64-wide heads, exact GELU. Head counts are the one thing the tensor shapes do not say.
 VISION_HEAD_WIDTH = 80
@@ -56,38 +58,6 @@ OPENAI_BPE_MERGES = 49152 - 256 - 2  # merges the OpenAI CLIP vocabulary uses ou
 BOS_TOKEN, EOS_TOKEN = "<|startoftext|>", "<|endoftext|>"
 
 
-def one_line(exc: BaseException, limit: int = 200) -> str:
-    """An exception's message squeezed to one short line, for wrapping library errors."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-# ---------------------------------------------------------------- reading checkpoints
-
-
-def load_torch_file(path: Path) -> dict[str, Tensor]:
-    """A flat ``{name: tensor}`` dict from a ``.pt``/``.bin`` file, loaded with ``weights_only=True``.
-
-    Accepts a bare state dict or one under ``"state_dict"`` (training checkpoints); strips the
-    ``module.`` prefix DataParallel adds. Truncated or foreign files are a one-line ValueError.
-    """
-    try:
-        try:  # mmap keeps a multi-GB file out of RAM until each tensor is read
-            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as exc:
-            if "mmap" not in str(exc):
-                raise
-            obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) format
-    except Exception as exc:
-        raise ValueError(f"cannot read checkpoint {path} (corrupt, truncated or not a plain tensor "
-                         f"checkpoint): {one_line(exc)}") from None
-    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
-        obj = obj["state_dict"]
-    if not isinstance(obj, dict) or not obj or not all(isinstance(v, Tensor) for v in obj.values()):
-        raise ValueError(f"checkpoint {path} does not hold a state dict of tensors")
-    return {_strip_prefix(str(k), "module."): v for k, v in obj.items()}
-
-
 def load_safetensors_file(path: Path) -> dict[str, Tensor]:
     """All tensors of a ``.safetensors`` file; a corrupt or truncated file is a one-line ValueError."""
     from safetensors.torch import load_file
@@ -97,10 +67,6 @@ def load_safetensors_file(path: Path) -> dict[str, Tensor]:
     except Exception as exc:
         raise ValueError(f"cannot read weights {path} (corrupt or truncated safetensors): "
                          f"{one_line(exc)}") from None
-
-
-def _strip_prefix(key: str, prefix: str) -> str:
-    return key[len(prefix):] if key.startswith(prefix) else key
 
 
 # ---------------------------------------------------------------- open_clip -> transformers

@@ -41,12 +41,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..atomic import load_state_dict_file, one_line
 from .clip_convert import (
     clip_model_from_state_dict,
     convert_open_clip_state_dict,
     load_safetensors_file,
-    load_torch_file,
-    one_line,
     open_clip_config,
     read_openai_bpe_gz,
 )
@@ -264,7 +263,7 @@ def _read_hf_weights(folder: Path, name: str) -> tuple[dict[str, Tensor], Path]:
             sd.update(load_safetensors_file(folder / shard))
         return sd, index
     if binary.is_file():
-        return load_torch_file(binary), binary
+        return load_state_dict_file(binary), binary
     raise FileNotFoundError(f"{name}: no model.safetensors or pytorch_model.bin in {folder}; {WHERE[name]}")
 
 
@@ -384,7 +383,7 @@ def build_hps(weights: str | Path | None, device: str | torch.device = "cpu",
     ckpt = _hps_checkpoint(_need_weights("hps-v2.1", weights))
     tok_source, tok_where = _hps_tokenizer_source(ckpt)  # before the slow part
     try:
-        sd = load_torch_file(ckpt)
+        sd = load_state_dict_file(ckpt)
         config = open_clip_config(sd, hidden_act="gelu")
         converted = convert_open_clip_state_dict(sd, config)
     except (ValueError, KeyError, IndexError, TypeError) as exc:

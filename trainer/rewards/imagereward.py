@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
+from ..atomic import load_state_dict_file
 from .registry import RewardFn
 
 if TYPE_CHECKING:
@@ -121,14 +122,11 @@ def locate_files(weights: str | Path) -> ImageRewardFiles:
 def read_checkpoint(path: Path) -> dict[str, Tensor]:
     """The checkpoint's tensors as float32 (the real file and the test fixture may differ in dtype)."""
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises several types for truncated/corrupt archives
-        reason = (str(exc).strip().splitlines() or [""])[0].split(". ")[0][:160] or type(exc).__name__
-        raise ValueError(f"{path} is not a readable torch checkpoint ({reason}); "
-                         f"re-download ImageReward.pt from {IR_HUB}") from None
-    if not isinstance(obj, dict) or not obj or not all(isinstance(v, Tensor) for v in obj.values()):
-        raise ValueError(f"not an ImageReward checkpoint: {path} does not hold a flat state dict of tensors")
-    return {k: (v.float() if v.is_floating_point() else v) for k, v in obj.items()}
+        state = load_state_dict_file(path)
+    except ValueError as err:
+        raise ValueError(f"not an ImageReward checkpoint: {err}; re-download ImageReward.pt from "
+                         f"{IR_HUB}") from None
+    return {k: (v.float() if v.is_floating_point() else v) for k, v in state.items()}
 
 
 StateDict = dict[str, Tensor]

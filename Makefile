@@ -9,7 +9,7 @@ RAPIDOCR ?= rapidocr-onnxruntime==1.4.4
 
 COMFYUI ?= .comfyui
 
-.PHONY: venv comfyui test lint demo workflows
+.PHONY: venv comfyui test lint demo workflows check-ui
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml requirements.txt
@@ -39,3 +39,8 @@ lint: venv
 # Regenerate the UI-format workflows from their API-format sources (after a node's inputs change)
 workflows: venv comfyui
 	$(PY) scripts/api_to_ui.py workflows/*.api.json
+
+# Open every UI workflow in ComfyUI's real web frontend (headless Chromium; on Debian:
+# apt-get install chromium-headless-shell) and compare it with its API file
+check-ui: venv comfyui
+	$(PY) scripts/check_ui_workflows.py

@@ -15,16 +15,19 @@ import comfy.model_base
 import comfy.model_management
 import comfy.model_patcher
 import comfy.sample
+import comfy.sampler_helpers
 import comfy.samplers
+import comfy.sd
 import comfy.supported_models_base
 import comfy.utils
 import folder_paths
 import torch
 from comfy_api.latest import ComfyExtension, io
 
-__all__ = ["ComfyExtension", "embedded_model_patcher", "embedded_policy_of", "guided_sample", "io",
-           "ksampler", "model_sigmas", "models_directory", "output_directory", "progress_bar",
-           "temp_directory"]
+__all__ = ["ComfyExtension", "decode_images", "denoise", "embedded_model_patcher", "embedded_policy_of",
+           "flow_family", "guided_sample", "io", "ksampler", "latent_shape_of", "load_for_training",
+           "lora_patched", "model_sigmas", "models_directory", "output_directory", "progress_bar",
+           "prompt_model_conds", "temp_directory"]
 
 
 def output_directory() -> str:
@@ -94,6 +97,10 @@ class EmbeddedBaseModel(comfy.model_base.BaseModel):
         if c_crossattn is None or "pooled" not in kwargs:
             raise ValueError("the embedded TreeRPO model needs conditioning from "
                              "TreeRPOEmbeddedTextEncode")
+        if tuple(x.shape[1:]) != tuple(self.policy.latent_shape):
+            raise ValueError(f"the latent is {'x'.join(map(str, x.shape[1:]))} but the embedded TreeRPO "
+                             f"model takes {'x'.join(map(str, self.policy.latent_shape))}: make it with "
+                             "TreeRPO Embedded Empty Latent")
         sigma = t.float()
         cond = {"text": c_crossattn.float(), "pooled": kwargs["pooled"].float()}
         v = self.policy.velocity(x.float(), sigma, cond)
@@ -168,3 +175,66 @@ def guided_sample(model: comfy.model_patcher.ModelPatcher, positive: Any, negati
     guider.set_conds(positive, negative)
     guider.set_cfg(cfg)
     return guider.sample(noise, latent_image, ksampler(run), sigmas, disable_pbar=True, seed=seed)
+
+
+# ------------------------------------------------------------------------------ training a MODEL
+def flow_family(model: comfy.model_patcher.ModelPatcher) -> str:
+    """``flux`` or ``sd3``: the families of rectified-flow MODELs the trainer knows how to condition."""
+    base = model.model
+    if isinstance(base, comfy.model_base.Flux):
+        return "flux"
+    if isinstance(base, comfy.model_base.SD3):
+        return "sd3"
+    raise ValueError(f"training takes a FLUX or SD3 MODEL (or the embedded one); this MODEL is "
+                     f"{type(base).__name__}")
+
+
+def load_for_training(model: comfy.model_patcher.ModelPatcher) -> torch.device:
+    """Load the whole model onto its device with its patches applied (training needs every weight
+    there: no partial, low-VRAM loading); returns that device."""
+    comfy.model_management.load_models_gpu([model], force_full_load=True)
+    return model.load_device
+
+
+def latent_shape_of(model: comfy.model_patcher.ModelPatcher, latent: dict) -> tuple[int, ...]:
+    """One latent's shape (channels, height, width) from a LATENT such as EmptySD3LatentImage's."""
+    samples = comfy.sample.fix_empty_latent_channels(model, latent["samples"])
+    return tuple(samples.shape[1:])
+
+
+def prompt_model_conds(model: comfy.model_patcher.ModelPatcher, clip: Any, text: str,
+                       latent_shape: tuple[int, ...], guidance: float | None) -> dict[str, Any]:
+    """The model's inputs for one prompt, encoded as CLIPTextEncode and the samplers do it
+    (``guidance``: FLUX's guidance embedding, as FluxGuidance sets it)."""
+    conditioning = clip.encode_from_tokens_scheduled(clip.tokenize(text))
+    entries = comfy.sampler_helpers.convert_cond(conditioning)[:1]
+    if guidance is not None:
+        entries[0]["guidance"] = guidance
+    noise = torch.zeros(1, *latent_shape)
+    encoded = comfy.samplers.encode_model_conds(model.model.extra_conds, entries, noise, model.load_device,
+                                                "positive")
+    return encoded[0]["model_conds"]
+
+
+def denoise(model: comfy.model_patcher.ModelPatcher, x: torch.Tensor, sigma: torch.Tensor,
+            model_conds: dict[str, Any]) -> torch.Tensor:
+    """The model's denoised prediction for a batch that shares one prompt's conditioning."""
+    inputs = {}
+    for key, cond in model_conds.items():
+        value = cond.process_cond(batch_size=x.shape[0], device=x.device, area=None).concat([])
+        inputs[key] = value.to(x.device) if isinstance(value, torch.Tensor) else value
+    return model.model.apply_model(x, sigma, **inputs)
+
+
+def decode_images(model: comfy.model_patcher.ModelPatcher, vae: Any, latents: torch.Tensor) -> torch.Tensor:
+    """Model-space latents to images ``[B, 3, H, W]`` in ``[0, 1]`` with the VAE (VAEDecode's path)."""
+    images = vae.decode(model.model.process_latent_out(latents))
+    return images.reshape(-1, *images.shape[-3:]).movedim(-1, 1).float().clamp(0, 1)
+
+
+def lora_patched(model: comfy.model_patcher.ModelPatcher, lora: dict[str, torch.Tensor]
+                 ) -> comfy.model_patcher.ModelPatcher:
+    """A clone of ``model`` carrying ``lora`` (ComfyUI keys) as weight patches, as LoraLoaderModelOnly
+    applies a file."""
+    patched, _ = comfy.sd.load_lora_for_models(model, None, lora, 1.0, 0.0)
+    return patched

@@ -1,6 +1,7 @@
-"""Training nodes: LayerTuning-RL / Dynamic-TreeRPO steps on the embedded MODEL, LoRA export and the
-history plot. Each is a thin wrapper over ``trainer.session`` and ``trainer.lora``, the code the
-headless trainer runs, so a workflow trains exactly as ``treerpo train`` does.
+"""Training nodes: LayerTuning-RL / Dynamic-TreeRPO steps on a MODEL (the embedded one, or FLUX/SD3
+from ComfyUI's own loaders), LoRA export and the history plot. Each is a thin wrapper over
+``trainer.session`` and ``trainer.lora``, the code the headless trainer runs, so a workflow trains
+exactly as ``treerpo train`` does.
 """
 
 from __future__ import annotations
@@ -13,21 +14,32 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..trainer.atomic import atomic_save_safetensors
 from ..trainer.config_io import load_config
 from ..trainer.loop import check_plan
-from ..trainer.lora import COMFYUI_PREFIX, comfyui_state, save_comfyui_lora, save_diffusers_lora
-from ..trainer.lora_formats import save_kohya_file
+from ..trainer.lora import (
+    COMFYUI_PREFIX,
+    comfyui_state,
+    save_comfyui_lora,
+    save_diffusers_lora,
+    save_diffusers_state,
+)
+from ..trainer.lora_formats import native_to_diffusers, save_kohya_file
 from ..trainer.session import TrainingState, train_steps
 from ..trainer.train_config import TrainConfig
 from ._comfy import (
     embedded_model_patcher,
     embedded_policy_of,
+    flow_family,
     io,
+    latent_shape_of,
+    lora_patched,
     models_directory,
     output_directory,
     progress_bar,
     temp_directory,
 )
+from .comfy_policy import LORA_TARGETS, SAMPLING, ComfyModelPolicy
 from .embedded import EmbeddedType
 from .inputs import check_rewards, parse_lines, parse_weights
 
@@ -38,12 +50,25 @@ STRATEGIES = ["dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo"]
 FORMATS = ["comfyui", "diffusers", "kohya"]
 
 
+TRAINED_MARK = "treerpo_trained"  # in model_options of a MODEL that carries a run's LoRA
+
+
+def family_defaults(family: str | None) -> list[str]:
+    """Options a FLUX/SD3 MODEL changes from the embedded model's defaults (the settings widget
+    still overrides them): LoRA targets in ComfyUI's module names, and the sigma schedule."""
+    if family is None:
+        return []
+    schedule, shift = SAMPLING[family]
+    out = [f"lora.targets=[{','.join(LORA_TARGETS[family])}]", f"sampling.schedule={schedule}"]
+    return out if shift is None else [*out, f"sampling.shift={shift}"]
+
+
 def node_config(iterations: int, prompts: list[str], reward: str, reward_weights: dict[str, str],
-                strategy: str, seed: int, settings: str) -> TrainConfig:
+                strategy: str, seed: int, settings: str, family: str | None = None) -> TrainConfig:
     """The trainer's config from the node's widgets; ``settings`` holds ``key=value`` lines for every
     other option (the keys of configs/default.yaml), validated by the same loader."""
     overrides = [f"iterations={iterations}", f"strategy={strategy}", f"seed={seed}",
-                 *parse_lines(settings)]
+                 *family_defaults(family), *parse_lines(settings)]
     config = load_config(TrainConfig, None, overrides)
     data = config.data
     if prompts:
@@ -64,7 +89,8 @@ class TreeRPOTrainLoRA(io.ComfyNode):
             description="Fine-tune a LoRA with Dynamic-TreeRPO (or a baseline) for some iterations. "
                         "Chain nodes through 'previous' to continue a run.",
             inputs=[
-                io.Model.Input("model", tooltip="MODEL of TreeRPO Embedded Model Loader"),
+                io.Model.Input("model", tooltip="the embedded model (TreeRPO Embedded Model Loader), or "
+                                                "FLUX/SD3 from ComfyUI's loaders with clip and vae"),
                 io.Int.Input("iterations", default=4, min=1, max=100000),
                 io.String.Input("prompts", multiline=True, default="",
                                 tooltip="one prompt per line; empty: generated scenes"),
@@ -78,8 +104,14 @@ class TreeRPOTrainLoRA(io.ComfyNode):
                                 tooltip="key=value lines for any other option, e.g. tree.depth=3 "
                                         "(the keys of configs/default.yaml)"),
                 RunType.Input("previous", optional=True, tooltip="continue this run"),
+                io.Clip.Input("clip", optional=True, tooltip="FLUX/SD3: encodes the prompts"),
+                io.Vae.Input("vae", optional=True, tooltip="FLUX/SD3: decodes images for the reward"),
+                io.Latent.Input("latent", optional=True,
+                                tooltip="FLUX/SD3: an empty latent of the training size (default: "
+                                        "model.height x model.width of the settings)"),
             ],
-            outputs=[io.Model.Output(display_name="model"), EmbeddedType.Output(display_name="embedded"),
+            outputs=[io.Model.Output(display_name="model", tooltip="the input MODEL with the trained LoRA"),
+                     EmbeddedType.Output(display_name="embedded", tooltip="embedded model runs only"),
                      RunType.Output(display_name="run"),
                      LoraModelType.Output(display_name="lora",
                                           tooltip="for ComfyUI's own Save LoRA Weights and Load LoRA Model")])
@@ -96,16 +128,39 @@ class TreeRPOTrainLoRA(io.ComfyNode):
 
     @classmethod
     def execute(cls, model: Any, iterations: int, prompts: str, reward: str, reward_weights: str,
-                strategy: str, seed: int, settings: str, previous: TrainingState | None = None
-                ) -> io.NodeOutput:
-        policy, shift = embedded_policy_of(model)
+                strategy: str, seed: int, settings: str, previous: TrainingState | None = None,
+                clip: Any = None, vae: Any = None, latent: dict | None = None) -> io.NodeOutput:
         weights = parse_weights(reward_weights, models_directory())
-        config = node_config(iterations, parse_lines(prompts), reward, weights, strategy, seed, settings)
         bar = progress_bar(iterations)
-        run = train_steps(policy.fresh_copy(), config, iterations, previous,
-                          on_iteration=lambda done, _row: bar.update_absolute(done, iterations))
+
+        def on_iteration(done: int, _row: dict) -> None:
+            bar.update_absolute(done, iterations)
+
+        if getattr(model.model, "__dict__", {}).get("policy") is not None:  # the embedded model
+            policy, shift = embedded_policy_of(model)
+            config = node_config(iterations, parse_lines(prompts), reward, weights, strategy, seed, settings)
+            run = train_steps(policy.fresh_copy(), config, iterations, previous, on_iteration=on_iteration)
+            lora = comfyui_state(run.lora, run.config.lora.alpha, COMFYUI_PREFIX)
+            return io.NodeOutput(embedded_model_patcher(run.policy, shift), run.policy, run, lora)
+
+        family = flow_family(model)
+        if clip is None or vae is None:
+            raise ValueError(f"training a {family.upper()} MODEL needs its clip and vae inputs connected")
+        if previous is not None and model.model_options.get(TRAINED_MARK):
+            raise ValueError("to continue a run, connect the base MODEL: this one already carries the "
+                             "run's LoRA")
+        config = node_config(iterations, parse_lines(prompts), reward, weights, strategy, seed, settings,
+                             family)
+        m = config.model
+        empty = {"samples": torch.zeros(1, 4, m.height // 8, m.width // 8)}
+        shape = latent_shape_of(model, latent if latent is not None else empty)
+        policy = ComfyModelPolicy(model.clone(), clip, vae, shape, m.guidance)
+        with policy.training(checkpointing=m.gradient_checkpointing):
+            run = train_steps(policy, config, iterations, previous, on_iteration=on_iteration)
         lora = comfyui_state(run.lora, run.config.lora.alpha, COMFYUI_PREFIX)
-        return io.NodeOutput(embedded_model_patcher(run.policy, shift), run.policy, run, lora)
+        trained = lora_patched(model, lora)
+        trained.model_options[TRAINED_MARK] = True
+        return io.NodeOutput(trained, None, run, lora)
 
 
 def confined_path(prefix: str, suffix: str) -> Path:
@@ -144,6 +199,9 @@ class TreeRPOSaveLoRA(io.ComfyNode):
         if run.policy is None:
             raise ValueError("this run holds no trained model to save")
         path = confined_path(filename_prefix, ".safetensors")
+        family = getattr(run.policy, "family", None)
+        if family is not None:  # a FLUX/SD3 MODEL of ComfyUI: the LoRA is in its own module names
+            return io.NodeOutput(str(save_native_lora(path, run, format)))
         transformer = run.policy.transformer
         if format == "comfyui":
             save_comfyui_lora(path, transformer, COMFYUI_PREFIX)
@@ -152,6 +210,20 @@ class TreeRPOSaveLoRA(io.ComfyNode):
         else:
             save_diffusers_lora(path, transformer)
         return io.NodeOutput(str(path))
+
+
+def save_native_lora(path: Path, run: TrainingState, format: str) -> Path:
+    """A LoRA trained on ComfyUI's own FLUX/SD3 modules: ComfyUI keys (``diffusion_model.<module>``),
+    kohya keys (``lora_unet_<module>``: the original layer names, as sd-scripts writes them), or
+    diffusers module names (fused layers split exactly)."""
+    alpha, rank = run.config.lora.alpha, run.config.lora.rank
+    if format == "comfyui":
+        atomic_save_safetensors(comfyui_state(run.lora, alpha, COMFYUI_PREFIX), path,
+                                metadata={"format": "pt", "lora_rank": str(rank), "lora_alpha": str(alpha)})
+        return path
+    if format == "kohya":
+        return save_kohya_file(path, run.lora, alpha=alpha, kind="native")
+    return save_diffusers_state(path, *native_to_diffusers(run.lora, alpha, run.policy.family))
 
 
 class TreeRPOPlotHistory(io.ComfyNode):

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPTokenizer
+from transformers import CLIPImageProcessor, CLIPModel, CLIPTokenizer
 
+from tests.tiny_models import tiny_hf_clip, write_small_bpe
 from trainer.rewards.clip_convert import read_openai_bpe_gz, write_tokenizer_files
 from trainer.rewards.clip_family import (
     BUILDERS,
@@ -49,41 +50,11 @@ def _images(n: int, h: int = 32, w: int = 32, seed: int = 0) -> torch.Tensor:
 # ---------------------------------------------------------------- tiny transformers CLIP folders
 
 
-def _write_small_bpe(folder: Path) -> int:
-    """A byte-level BPE vocabulary: 256 byte symbols, the same ending a word, 3 merges, then the two
-    special tokens last (as in OpenAI's vocabulary). Returns the vocabulary size."""
-    from tokenizers.pre_tokenizers import ByteLevel
-
-    chars = sorted(ByteLevel.alphabet())
-    merges = [("e", "d</w>"), ("r", "ed</w>"), ("c", "i")]
-    tokens = [*chars, *(c + "</w>" for c in chars), *("".join(m) for m in merges),
-              "<|startoftext|>", "<|endoftext|>"]
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}), encoding="utf-8")
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges),
-                                       encoding="utf-8")
-    return len(tokens)
-
-
-def _tiny_hf_clip(folder: Path, vocab: int, legacy_eos: bool, seed: int) -> CLIPModel:
-    torch.manual_seed(seed)
-    cfg = CLIPConfig(
-        text_config=dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, max_position_embeddings=77, bos_token_id=vocab - 2,
-                         eos_token_id=2 if legacy_eos else vocab - 1, pad_token_id=1),
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                           image_size=32, patch_size=8),
-        projection_dim=16, logit_scale_init_value=4.0)
-    model = CLIPModel(cfg).eval()
-    model.save_pretrained(folder)
-    return model
-
-
 @pytest.fixture(scope="module")
 def clip_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("clip")
-    vocab = _write_small_bpe(folder)
-    _tiny_hf_clip(folder, vocab, legacy_eos=False, seed=1)
+    vocab = write_small_bpe(folder)
+    tiny_hf_clip(folder, vocab, legacy_eos=False, seed=1)
     return folder
 
 
@@ -91,10 +62,10 @@ def clip_dir(tmp_path_factory) -> Path:
 def pick_dir(tmp_path_factory) -> Path:
     """PickScore layout: weights at the top, tokenizer + processor files (own mean/std) in processor/."""
     folder = tmp_path_factory.mktemp("pickscore")
-    vocab = _write_small_bpe(folder / "processor")
+    vocab = write_small_bpe(folder / "processor")
     CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32},
                        image_mean=PROC_MEAN, image_std=PROC_STD).save_pretrained(folder / "processor")
-    _tiny_hf_clip(folder, vocab, legacy_eos=True, seed=2)
+    tiny_hf_clip(folder, vocab, legacy_eos=True, seed=2)
     return folder
 
 

@@ -337,3 +337,16 @@ def test_tree_options_out_of_range_fail_validation(server: Server) -> None:
                                               "window_start": 8})
     status, body = server.post_prompt(graph)
     assert status == 400 and "window_start 8 out of range" in json.dumps(body), body
+
+
+def test_a_latent_of_the_wrong_size_fails_with_one_line(server: Server) -> None:
+    """A 512 px SD latent (4x64x64) into the embedded model's tree sampler: the node fails with a
+    message that names both sizes and the node that makes the right one; the server keeps serving."""
+    graph = tree_graph("TreeRPOTreeSampler", {"noise_growth": 0.5, "sde_kind": "flow_grpo"})
+    graph["3"] = {"class_type": "EmptyLatentImage", "inputs": {"width": 512, "height": 512, "batch_size": 1}}
+    result = server.run(graph)
+    assert result["status"]["status_str"] == "error"
+    message = next(m for kind, m in result["status"]["messages"] if kind == "execution_error")
+    text = message["exception_message"].strip()
+    assert "takes 48x16x16" in text and "TreeRPO Embedded Empty Latent" in text and "\n" not in text, text
+    assert server.get("/system_stats")

@@ -20,12 +20,13 @@ from diffusers import FluxPipeline, FluxTransformer2DModel, SD3Transformer2DMode
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from trainer.lora import attach_lora, lora_state_dict
+from trainer.lora import attach_lora, load_diffusers_lora, lora_scale, lora_state_dict, save_diffusers_state
 from trainer.lora_formats import (
     KOHYA_FILE,
     from_kohya,
     kohya_kind,
     load_kohya_file,
+    native_to_diffusers,
     save_kohya_file,
     to_kohya,
 )
@@ -280,6 +281,70 @@ def test_save_is_atomic_and_tagged(tmp_path) -> None:
     with safe_open(str(path), "pt") as f:
         assert f.metadata()["model_kind"] == "flux"
         assert float(f.get_tensor("lora_unet_double_blocks_0_img_attn_qkv.alpha")) == 3 * RANK
+
+
+# ---- LoRAs trained on ComfyUI's own modules (original names) in diffusers names ----
+
+# (layer, out, in) of each native layer of the tiny models above, as ComfyUI names them
+NATIVE_LAYERS = {
+    "flux": [("double_blocks.0.img_attn.qkv", 96, 32), ("double_blocks.0.img_attn.proj", 32, 32),
+             ("double_blocks.0.txt_attn.qkv", 96, 32), ("double_blocks.0.txt_attn.proj", 32, 32),
+             ("double_blocks.0.img_mlp.0", 128, 32), ("double_blocks.0.img_mlp.2", 32, 128),
+             ("double_blocks.0.txt_mlp.0", 128, 32), ("double_blocks.0.txt_mlp.2", 32, 128),
+             ("single_blocks.0.linear1", 224, 32), ("single_blocks.0.linear2", 32, 160)],
+    "sd3": [("joint_blocks.0.x_block.attn.qkv", 384, 128), ("joint_blocks.0.x_block.attn.proj", 128, 128),
+            ("joint_blocks.0.x_block.attn2.qkv", 384, 128), ("joint_blocks.0.x_block.attn2.proj", 128, 128),
+            ("joint_blocks.0.x_block.mlp.fc1", 512, 128), ("joint_blocks.0.x_block.mlp.fc2", 128, 512),
+            ("joint_blocks.0.context_block.attn.qkv", 384, 128),
+            ("joint_blocks.0.context_block.attn.proj", 128, 128),
+            ("joint_blocks.1.x_block.attn.qkv", 384, 128),
+            ("joint_blocks.1.context_block.attn.qkv", 384, 128)],
+}
+
+
+@pytest.mark.parametrize("kind", ["flux", "sd3"])
+def test_native_lora_saves_in_diffusers_names_that_load_with_the_same_deltas(kind, tmp_path) -> None:
+    """A LoRA on ComfyUI's FLUX/SD3 modules, saved for diffusers: the file loads into the diffusers
+    transformer of the same shape (every key a module of it), and the loaded adapter, laid out again
+    in the original layers, has each layer's delta exactly."""
+    gen = torch.Generator().manual_seed(3)
+    native = {}
+    for layer, out_features, in_features in NATIVE_LAYERS[kind]:
+        native[f"{layer}.lora_A.weight"] = torch.randn(RANK, in_features, generator=gen)
+        native[f"{layer}.lora_B.weight"] = torch.randn(out_features, RANK, generator=gen)
+    state, alphas = native_to_diffusers(native, ALPHA, kind)
+    path = save_diffusers_state(tmp_path / "lora.safetensors", state, alphas)
+    model = _flux() if kind == "flux" else _sd3()
+    load_diffusers_lora(model, path)
+    from peft import get_peft_model_state_dict
+
+    loaded = get_peft_model_state_dict(model, adapter_name=next(iter(model.peft_config)))
+    assert loaded.keys() == state.keys()
+    rank, alpha = lora_scale(model)
+    back = from_kohya_layers(to_kohya(loaded, alpha, kind))
+    for layer, _, _ in NATIVE_LAYERS[kind]:
+        a, b = native[f"{layer}.lora_A.weight"], native[f"{layer}.lora_B.weight"]
+        expected = ALPHA / RANK * b @ a
+        torch.testing.assert_close(back[layer], expected, atol=1e-5, rtol=1e-5)
+    assert rank == RANK
+
+
+def from_kohya_layers(kohya: dict[str, Tensor]) -> dict[str, Tensor]:
+    """kohya file -> ``{original layer (dotted): alpha / rank * up @ down}``."""
+    out = {}
+    for key, down in kohya.items():
+        if key.endswith(".lora_down.weight"):
+            name = key[: -len(".lora_down.weight")]
+            up, alpha = kohya[f"{name}.lora_up.weight"], float(kohya[f"{name}.alpha"])
+            out[name] = alpha / down.shape[0] * up.float() @ down.float()
+    layers = {layer for kind in NATIVE_LAYERS.values() for layer, _, _ in kind}
+    return {next(x for x in layers if "lora_unet_" + x.replace(".", "_") == k): v
+            for k, v in out.items() if any("lora_unet_" + x.replace(".", "_") == k for x in layers)}
+
+
+def test_native_lora_for_another_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="flux or sd3"):
+        native_to_diffusers({}, 1.0, "embedded")
 
 
 # ---- ComfyUI: its own key map and patching on its own model classes (in a subprocess) ----

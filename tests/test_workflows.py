@@ -20,7 +20,8 @@ from PIL import Image
 from trainer.workflow_format import api_to_ui, node_inputs, ui_to_api
 
 WORKFLOWS = REPO / "workflows"
-NAMES = ("train_embedded", "sample_and_score", "best_of_tree", "flux_dev_template")
+NAMES = ("train_embedded", "sample_and_score", "best_of_tree", "flux_dev_template", "flux_dev_train")
+FLUX_TEMPLATES = ("flux_dev_template", "flux_dev_train")
 FLUX_FILES = {"flux1-dev.safetensors", "clip_l.safetensors", "t5xxl_fp16.safetensors", "ae.safetensors",
               "HPS_v2.1_compressed.pt"}
 # image output node -> (file name prefix, image count, image side) of each runnable workflow
@@ -210,8 +211,9 @@ def test_workflow_runs_in_process_with_treerpo_run_workflow(name: str, kind: str
         assert f"({node['class_type']})" in done.stderr
 
 
-def test_flux_template_is_refused_by_the_server_for_its_missing_files_only(server: Server) -> None:
-    status, body = server.post_prompt(api("flux_dev_template"))
+@pytest.mark.parametrize("name", FLUX_TEMPLATES)
+def test_flux_template_is_refused_by_the_server_for_its_missing_files_only(server: Server, name: str) -> None:
+    status, body = server.post_prompt(api(name))
     assert status == 400 and body["error"]["type"] == "prompt_outputs_failed_validation", body
     named: set[str] = set()
     for node_id, entry in body["node_errors"].items():
@@ -223,8 +225,9 @@ def test_flux_template_is_refused_by_the_server_for_its_missing_files_only(serve
     assert named == FLUX_FILES
 
 
-def test_flux_template_loaders_name_their_downloads(object_info: dict) -> None:
-    nodes = ui("flux_dev_template")["nodes"]
+@pytest.mark.parametrize("name", FLUX_TEMPLATES)
+def test_flux_template_loaders_name_their_downloads(object_info: dict, name: str) -> None:
+    nodes = ui(name)["nodes"]
     models = {m["name"]: m for n in nodes for m in n["properties"].get("models", [])}
     assert set(models) == FLUX_FILES - {"HPS_v2.1_compressed.pt"}
     assert all(m["url"].startswith("https://huggingface.co/") and m["url"].endswith(name)
@@ -233,9 +236,10 @@ def test_flux_template_loaders_name_their_downloads(object_info: dict) -> None:
     assert "comfyanonymous/flux_text_encoders" in models["t5xxl_fp16.safetensors"]["url"]
 
 
-def test_flux_template_in_process_exits_2_with_one_line_per_missing_file(comfyui: Path,
-                                                                         tmp_path: Path) -> None:
-    done = run_cli(comfyui, str(WORKFLOWS / "flux_dev_template.json"), "--output", str(tmp_path))
+@pytest.mark.parametrize("name", FLUX_TEMPLATES)
+def test_flux_template_in_process_exits_2_with_one_line_per_missing_file(comfyui: Path, tmp_path: Path,
+                                                                         name: str) -> None:
+    done = run_cli(comfyui, str(WORKFLOWS / f"{name}.json"), "--output", str(tmp_path))
     assert done.returncode == 2, done.stderr[-3000:]
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()

@@ -28,6 +28,7 @@ from .lora import (
     load_lora_state,
     lora_state_dict,
     save_lora_files,
+    set_adapters_enabled,
 )
 from .losses import clip_bounds, ratio_spread
 from .models.embedded import EmbeddedPolicy
@@ -209,11 +210,11 @@ class Trainer:
 
     def reference_velocity(self, x: torch.Tensor, sigma: torch.Tensor, cond: Any) -> torch.Tensor:
         """The base model (LoRA disabled): the reference of the optional KL term."""
-        self.policy.transformer.disable_adapters()
+        set_adapters_enabled(self.policy.transformer, False)
         try:
             return self.policy.velocity(x, sigma, cond)
         finally:
-            self.policy.transformer.enable_adapters()
+            set_adapters_enabled(self.policy.transformer, True)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> tuple[dict[str, float], torch.Tensor]:

@@ -38,12 +38,54 @@ def attach_lora(transformer: nn.Module, rank: int, alpha: float, targets: Sequen
     from peft import LoraConfig
 
     transformer.requires_grad_(False)
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), init_lora_weights=True)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets),
-                                           init_lora_weights=True))
+        if hasattr(transformer, "add_adapter"):  # a diffusers model
+            transformer.add_adapter(config)
+        else:  # any other torch module (a ComfyUI diffusion model): peft's own injection
+            from peft import inject_adapter_in_model
+
+            try:
+                inject_adapter_in_model(config, transformer)
+            except ValueError as err:  # peft: "Target modules ... not found in the base model"
+                raise ValueError(f"LoRA targets {list(targets)} matched no module of the "
+                                 "transformer") from err
+            for name, param in transformer.named_parameters():
+                if "lora_" in name:  # peft copies the base dtype (maybe fp8): train in float32
+                    param.data = param.data.float()
     if not any(p.requires_grad for p in transformer.parameters()):
         raise ValueError(f"LoRA targets {list(targets)} matched no module of the transformer")
+
+
+def _lora_layers(module: nn.Module) -> list[nn.Module]:
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return [m for m in module.modules() if isinstance(m, BaseTunerLayer)]
+
+
+def set_adapters_enabled(transformer: nn.Module, enabled: bool) -> None:
+    """Switch the LoRA on or off (off: the base model, the reference of the KL term)."""
+    if hasattr(transformer, "enable_adapters"):  # a diffusers model
+        (transformer.enable_adapters if enabled else transformer.disable_adapters)()
+        return
+    for layer in _lora_layers(transformer):
+        layer.enable_adapters(enabled)
+
+
+def detach_lora(transformer: nn.Module) -> None:
+    """Take the injected LoRA layers out again, leaving the base modules as they were.
+
+    A ComfyUI diffusion model is shared by every node that received its MODEL: training injects
+    layers into it for the duration of a step only, and the trained LoRA travels as weight patches.
+    """
+    layers = {id(m) for m in _lora_layers(transformer)}
+    for name, layer in [(n, m) for n, m in transformer.named_modules() if id(m) in layers]:
+        parent_name, _, child = name.rpartition(".")
+        parent = transformer.get_submodule(parent_name) if parent_name else transformer
+        setattr(parent, child, layer.get_base_layer())
+    if hasattr(transformer, "peft_config"):
+        del transformer.peft_config
 
 
 def lora_state_dict(transformer: nn.Module) -> dict[str, Tensor]:
@@ -123,14 +165,30 @@ def save_comfyui_lora(path: str | os.PathLike[str], transformer: nn.Module,
 
 def save_diffusers_lora(path: str | os.PathLike[str], transformer: nn.Module) -> Path:
     """The adapter as diffusers writes it (adapter config in the metadata), atomically to ``path``."""
+    metadata = next(iter(transformer.peft_config.values())).to_dict()
+    return _write_diffusers(Path(path), lora_state_dict(transformer), _plain(metadata))
+
+
+def save_diffusers_state(path: str | os.PathLike[str], state: Mapping[str, Tensor],
+                         alphas: Mapping[str, float]) -> Path:
+    """A peft state in diffusers module names, with one ``alpha`` per module, as diffusers writes it:
+    the most common rank and alpha in the adapter config, the others as its rank/alpha patterns."""
+    ranks = {module: int(state[f"{module}.lora_A.weight"].shape[0]) for module in alphas}
+    rank = max(set(ranks.values()), key=list(ranks.values()).count)
+    alpha = max(set(alphas.values()), key=list(alphas.values()).count)
+    metadata = {"r": rank, "lora_alpha": alpha, "target_modules": sorted(alphas),
+                "rank_pattern": {m: r for m, r in ranks.items() if r != rank},
+                "alpha_pattern": {m: a for m, a in alphas.items() if a != alpha}}
+    return _write_diffusers(Path(path), dict(state), metadata)
+
+
+def _write_diffusers(path: Path, state: dict[str, Tensor], metadata: dict) -> Path:
     from diffusers import FluxPipeline
 
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    metadata = next(iter(transformer.peft_config.values())).to_dict()
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-        FluxPipeline.save_lora_weights(tmp, transformer_lora_layers=lora_state_dict(transformer),
-                                       transformer_lora_adapter_metadata=_plain(metadata))
+        FluxPipeline.save_lora_weights(tmp, transformer_lora_layers=state,
+                                       transformer_lora_adapter_metadata=metadata)
         os.replace(Path(tmp) / DIFFUSERS_FILE, path)
     return path
 

@@ -9,6 +9,8 @@ A kohya file names each layer ``lora_unet_<layer path, dots as underscores>`` wi
   ``single_blocks.<i>.linear1``, ...), which is what ComfyUI's FLUX model, sd-scripts, and
   diffusers' kohya converter all read.
 - ``sd3``: SD3/SD3.5 in the MMDiT layout (``joint_blocks.<i>.x_block.attn.qkv``, ...).
+- ``native``: a LoRA trained on ComfyUI's own FLUX/SD3 modules, whose names already are those
+  original layouts: the path is the module name.
 
 Why the fused layers are exact: diffusers splits a fused layer (q, k, v; a single block's
 ``linear1`` also holds the MLP input) into modules that each have a LoRA of rank ``r_i``. Their sum
@@ -38,7 +40,7 @@ from torch import Tensor, nn
 
 from .atomic import atomic_save_safetensors
 
-KINDS = ("embedded", "flux", "sd3")
+KINDS = ("embedded", "flux", "sd3", "native")  # native: module names already in the original layout
 KOHYA_FILE = "kohya_lora.safetensors"
 KOHYA_PREFIX = "lora_unet_"
 FLUX_MLP_RATIO = 4  # FLUX.1's single blocks: linear1 = q, k, v (hidden each) + MLP in (4 hidden)
@@ -133,6 +135,7 @@ _LAYOUTS: dict[str, tuple[tuple[str, str, dict[str, _Slot]], ...]] = {
                  ("single_transformer_blocks", "single_transformer_blocks",
                   {k: _Slot(k) for k in _FLUX_SINGLE}),
                  ("", "", {k: _Slot(k) for k in _FLUX_TOP})),
+    "native": (),  # ComfyUI's own FLUX/SD3 modules: the names are the layers (give ``modules``)
 }
 
 
@@ -143,7 +146,7 @@ def _check_kind(kind: str) -> None:
 
 def _slot(module: str, kind: str) -> _Slot:
     """The original-layout slot of a diffusers module; a module the format cannot name is an error."""
-    if kind == "embedded":
+    if kind in ("embedded", "native"):  # names used as they are (ComfyUI's own FLUX/SD3 modules)
         return _Slot(module)
     for diff_block, orig_block, table in _LAYOUTS[kind]:
         if diff_block:
@@ -255,7 +258,7 @@ def _layer_index(kind: str, modules: Iterable[str] | None) -> dict[str, list[tup
             for module, slot in table.items():
                 index.setdefault(_kohya_name(slot.layer), []).append((module, slot))
     for module in modules or ():
-        if kind == "embedded":
+        if kind in ("embedded", "native"):
             index[_kohya_name(module)] = [(module, _Slot(module))]
     return index
 
@@ -319,6 +322,16 @@ def from_kohya(state: Mapping[str, Tensor], kind: str,
             out[f"{module}.lora_B.weight"] = b.contiguous()
             alphas[module] = float(a.shape[0])
     return out, alphas
+
+
+def native_to_diffusers(state: Mapping[str, Tensor], alpha: float,
+                        kind: str) -> tuple[dict[str, Tensor], dict[str, float]]:
+    """A LoRA on ComfyUI's own FLUX/SD3 modules (original layer names) in diffusers module names:
+    fused layers split exactly (each part keeps the ``down`` rows and its block of ``up``), the
+    scale folded into ``lora_B`` with ``alpha`` per module (see :func:`from_kohya`)."""
+    if kind not in ("flux", "sd3"):
+        raise ValueError(f"a native LoRA converts to diffusers names for flux or sd3, not {kind!r}")
+    return from_kohya(to_kohya(state, alpha, "native"), kind)
 
 
 def _split(name: str, members: list[tuple[str, _Slot]], down: Tensor,

@@ -1,0 +1,445 @@
+"""Open the UI-format workflows (``workflows/*.json``) in the real ComfyUI web frontend, headless.
+
+The tests check the UI files against our own reading of ComfyUI's formats; this script checks them
+against the frontend itself, the way a user meets them. It starts ComfyUI (``main.py --cpu``) with
+this checkout linked as the node pack (``tests/comfyui_server.py``), opens the page in headless
+Chromium driven over the DevTools protocol (a pipe, so nothing but the standard library is
+needed), and loads each file through ``app.handleFile`` - the code path of dropping the file on
+the canvas or Workflow > Open. In the page it then checks that:
+
+* no node type is missing (no "missing nodes" dialog; every type is in ``LiteGraph.registered_node_types``
+  and each node was built from its registered class);
+* the nodes, their widget values, their links and the link count are those of the file;
+* the frontend logged no error or warning and showed no error dialog or toast while loading;
+* ``app.graphToPrompt()`` (what Queue Prompt sends) gives the graph of ``<name>.api.json``: same
+  node ids, class types, inputs and titles.
+
+Missing model files (the FLUX template's loaders) are reported, not failed: the dialog offering
+their downloads is the expected behaviour on a machine without them. So are requests the page
+makes to other hosts (api.comfy.org, huggingface.co), which ComfyUI's content security policy
+blocks; what the page logs while starting, before any file is loaded, is not counted either.
+
+    .venv/bin/python scripts/check_ui_workflows.py                     # every workflows/*.json
+    .venv/bin/python scripts/check_ui_workflows.py workflows/best_of_tree.json --browser /usr/bin/chromium
+
+Prints one line per workflow (name, nodes, links, OK or the differences); exit status 1 when any
+check failed, 2 when ComfyUI or the browser cannot be started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the test-suite's server helpers
+
+from comfyui_server import Server, comfyui_dir, start_server, stop_server  # noqa: E402
+
+BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome", "chrome",
+            "headless_shell")
+MISSING_MODELS_TITLE = "Missing Models"  # the frontend's dialog listing model files to download
+SETTINGS = {"Comfy.TutorialCompleted": True}  # no template browser over the canvas on first start
+
+# In the page: load one file as a user does and describe what the frontend made of it.
+PAGE_CHECK = r"""
+async (name, text) => {
+  const seen = {missingNodes: [], missingModels: [], fileErrors: [], thrown: []};
+  const wrap = (method, key) => {
+    const original = app[method];
+    app[method] = function (...args) { seen[key].push(args[0]); return original.apply(this, args); };
+    return () => { app[method] = original; };
+  };
+  const restore = [wrap('showMissingNodesError', 'missingNodes'),
+                   wrap('showMissingModelsError', 'missingModels'),
+                   wrap('showErrorOnFileLoad', 'fileErrors')];
+  try {
+    await app.handleFile(new File([text], name, {type: 'application/json'}));
+  } catch (err) {
+    seen.thrown.push(`loading: ${err}`);
+  } finally {
+    restore.forEach((undo) => undo());
+  }
+  await new Promise((resolve) => setTimeout(resolve, 500));  // dialogs and toasts render
+  const graph = app.graph.serialize();
+  const nodes = app.graph.nodes.map((node) => ({
+    id: node.id, type: node.type, registered: node.type in LiteGraph.registered_node_types,
+    ownClass: LiteGraph.registered_node_types[node.type] === node.constructor,
+    hasErrors: Boolean(node.has_errors), title: node.title,
+    widgets: (node.widgets || []).map((w) => ({name: w.name, value: w.value})),
+  }));
+  const shown = (selector) => [...document.querySelectorAll(selector)]
+    .filter((el) => el.offsetParent !== null);
+  const words = (el) => (el ? el.innerText.trim().replace(/\s+/g, ' ') : '');
+  const dialogs = shown('.p-dialog').map((el) => ({title: words(el.querySelector('.p-dialog-title')),
+                                                   text: words(el)}));
+  const toasts = shown('.p-toast-message').map(words);
+  let output = {};
+  try {
+    output = (await app.graphToPrompt()).output;
+  } catch (err) {
+    seen.thrown.push(`graphToPrompt: ${err}`);
+  }
+  // close what this file opened, so that the next file starts on a bare canvas
+  shown('.p-dialog .p-dialog-close-button, .p-toast-message .p-toast-close-button').forEach((b) => b.click());
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  return {seen, graph, nodes, output, dialogs, toasts,
+          left: shown('.p-dialog').length};
+}
+"""
+
+
+class BrowserError(RuntimeError):
+    """The browser could not be started or stopped answering."""
+
+
+class DevTools:
+    """Headless Chromium on ``--remote-debugging-pipe``: JSON messages ending in NUL on fds 3/4."""
+
+    def __init__(self, executable: str, profile: Path) -> None:
+        to_browser_r, self._to_browser = os.pipe()
+        self._from_browser, from_browser_w = os.pipe()
+
+        def child_fds() -> None:  # fds 3 and 4 in the child, without clobbering each other
+            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_browser_r, from_browser_w)]
+            os.dup2(high[0], 3)
+            os.dup2(high[1], 4)
+
+        command = [executable, "--headless", "--remote-debugging-pipe", "--no-sandbox", "--disable-gpu",
+                   "--disable-dev-shm-usage", "--no-first-run", "--window-size=1600,1000",
+                   f"--user-data-dir={profile}", "about:blank"]
+        self.process = subprocess.Popen(command, preexec_fn=child_fds, close_fds=False,
+                                        start_new_session=True, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        os.close(to_browser_r)
+        os.close(from_browser_w)
+        self._next_id = 0
+        self._replies: dict[int, dict] = {}
+        self._cond = threading.Condition()
+        self._closed = False
+        self.events: list[dict] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.session = ""
+        try:
+            target = self.call("Target.createTarget", {"url": "about:blank"}, timeout=60)["targetId"]
+            attached = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})
+            self.session = attached["sessionId"]
+            for domain in ("Runtime", "Log", "Page"):
+                self.call(f"{domain}.enable")
+        except BrowserError as err:
+            self.close()
+            raise BrowserError(f"{executable} does not answer as Chromium with --remote-debugging-pipe "
+                               f"({err})") from None
+
+    def _read(self) -> None:
+        buffer = b""
+        while True:
+            chunk = os.read(self._from_browser, 1 << 16)
+            if not chunk:
+                break
+            buffer += chunk
+            *messages, buffer = buffer.split(b"\0")
+            with self._cond:
+                for raw in messages:
+                    message = json.loads(raw)
+                    if "id" in message:
+                        self._replies[message["id"]] = message
+                    else:
+                        self.events.append(message)
+                self._cond.notify_all()
+        os.close(self._from_browser)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def call(self, method: str, params: dict | None = None, timeout: float = 60.0) -> dict:
+        self._next_id += 1
+        message = {"id": self._next_id, "method": method, "params": params or {}}
+        if self.session:
+            message["sessionId"] = self.session
+        try:
+            os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        except BrokenPipeError:
+            raise BrowserError(f"{method}: the browser exited ({self.process.poll()})") from None
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._next_id in self._replies or self._closed, timeout):
+                raise BrowserError(f"{method}: no answer from the browser in {timeout:.0f} s")
+            if self._next_id not in self._replies:
+                raise BrowserError(f"{method}: the browser exited ({self.process.poll()})")
+            reply = self._replies.pop(self._next_id)
+        if "error" in reply:
+            raise BrowserError(f"{method}: {reply['error'].get('message')}")
+        return reply["result"]
+
+    def evaluate(self, expression: str, timeout: float = 60.0):
+        """The JSON value of ``expression`` in the page (promises awaited); page errors raise."""
+        result = self.call("Runtime.evaluate", {"expression": expression, "awaitPromise": True,
+                                                "returnByValue": True, "timeout": timeout * 1000},
+                           timeout=timeout + 5)
+        if "exceptionDetails" in result:
+            details = result["exceptionDetails"]
+            raise BrowserError(details.get("exception", {}).get("description") or details.get("text"))
+        return result["result"].get("value")
+
+    def take_events(self) -> list[dict]:
+        with self._cond:
+            events, self.events = self.events, []
+        return events
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.call("Browser.close", timeout=10)
+            except BrowserError:
+                pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # its renderer processes too: the group it leads
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        os.close(self._to_browser)
+
+
+def find_browser(given: str | None) -> str:
+    if given:
+        path = shutil.which(given)
+        if path is None:
+            raise FileNotFoundError(f"browser not found: {given} (give a Chromium executable)")
+        return path
+    for name in BROWSERS:
+        if path := shutil.which(name):
+            return path
+    raise FileNotFoundError("no Chromium found on PATH: install one (Debian: apt-get install "
+                            "chromium-headless-shell) or pass --browser PATH")
+
+
+def problems_in_log(events: Iterable[dict], origin: str) -> tuple[list[str], int]:
+    """Console errors and warnings, uncaught exceptions and failed requests, one line each, and the
+    count of those left out because they are about other hosts: this machine may be offline, and
+    ComfyUI's content security policy blocks the frontend's calls to its registry and to model
+    hosts anyway (it asks api.comfy.org about node packs, huggingface.co for file sizes)."""
+    found, offline = [], 0
+    for event in events:
+        method, params = event.get("method"), event.get("params", {})
+        if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "warning", "assert"):
+            text = " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", []))
+            if "Failed to fetch" in text:  # the JS side of a blocked request to another host
+                offline += 1
+                continue
+            frames = params.get("stackTrace", {}).get("callFrames", [])
+            where = ""
+            if frames:
+                where = f" (at {frames[0]['url'].rsplit('/', 1)[-1]}:{frames[0]['lineNumber'] + 1})"
+            found.append(f"console.{params['type']}: {(text.splitlines() or [''])[0]}{where}")
+        elif method == "Runtime.exceptionThrown":
+            details = params.get("exceptionDetails", {})
+            text = details.get("exception", {}).get("description") or details.get("text")
+            found.append(f"exception: {text}")
+        elif method == "Log.entryAdded" and params.get("entry", {}).get("level") in ("error", "warning"):
+            entry = params["entry"]
+            url = entry.get("url", "")
+            if "Content Security Policy" in entry.get("text", "") or (url and not url.startswith(origin)):
+                offline += 1
+                continue
+            found.append(f"log.{entry['level']}: {entry.get('text')} {url}".rstrip())
+    return [line.splitlines()[0][:300] for line in found], offline
+
+
+def compare_graph(ui: dict, page: dict) -> list[str]:
+    """What the frontend's graph has that differs from the UI file."""
+    diffs = []
+    for kind in ("missingNodes", "fileErrors", "thrown"):
+        if page["seen"][kind]:
+            diffs.append(f"{kind}: {page['seen'][kind]}")
+    mine = {n["id"]: n for n in ui["nodes"]}
+    built = {n["id"]: n for n in page["nodes"]}
+    saved = {n["id"]: n for n in page["graph"]["nodes"]}
+    if set(mine) != set(built):
+        diffs.append(f"node ids: file {sorted(mine)}, page {sorted(built)}")
+    for node_id in sorted(set(mine) & set(built)):
+        file_node, node, serial = mine[node_id], built[node_id], saved[node_id]
+        where = f"node {node_id} ({file_node['type']})"
+        if node["type"] != file_node["type"] or not node["registered"] or not node["ownClass"]:
+            diffs.append(f"{where}: built as {node['type']!r} (registered: {node['registered']}, "
+                         f"own class: {node['ownClass']})")
+        if node["hasErrors"]:
+            diffs.append(f"{where}: marked has_errors")
+        if serial.get("widgets_values") != file_node.get("widgets_values"):
+            diffs.append(f"{where}: widgets_values {file_node.get('widgets_values')} -> "
+                         f"{serial.get('widgets_values')} (widgets: {node['widgets']})")
+        if "title" in file_node and node["title"] != file_node["title"]:
+            diffs.append(f"{where}: title {file_node['title']!r} -> {node['title']!r}")
+        if serial.get("mode", 0) != file_node.get("mode", 0):
+            diffs.append(f"{where}: mode {file_node.get('mode', 0)} -> {serial.get('mode', 0)}")
+        links_in = {i["name"]: (i["type"], i.get("link")) for i in file_node.get("inputs", [])}
+        page_in = {i["name"]: (i["type"], i.get("link")) for i in serial.get("inputs", [])}
+        for name, slot in links_in.items():
+            if page_in.get(name) != slot:
+                diffs.append(f"{where}: input {name} {slot} -> {page_in.get(name)}")
+        for name, (_, link) in page_in.items():
+            if link is not None and name not in links_in:
+                diffs.append(f"{where}: extra linked input {name}")
+        outs = [(o["name"], o["type"], sorted(o.get("links") or [])) for o in file_node.get("outputs", [])]
+        page_outs = [(o["name"], o["type"], sorted(o.get("links") or [])) for o in serial.get("outputs", [])]
+        if outs != page_outs:
+            diffs.append(f"{where}: outputs {outs} -> {page_outs}")
+    file_links = sorted(map(list, ui["links"]))
+    page_links = sorted(map(list, page["graph"]["links"]))
+    if len(file_links) != len(page_links):
+        diffs.append(f"links: {len(file_links)} in the file, {len(page_links)} in the page")
+    elif file_links != page_links:
+        changed = [(a, b) for a, b in zip(file_links, page_links, strict=True) if a != b]
+        diffs.append(f"links changed (file -> page): {changed}")
+    return diffs
+
+
+def compare_prompt(api: dict, output: dict) -> list[str]:
+    """``graphToPrompt().output`` against the API file: ids, class types, inputs, titles."""
+    diffs = []
+    if set(api) != set(output):
+        diffs.append(f"prompt node ids: api {sorted(api)}, page {sorted(output)}")
+    for node_id in sorted(set(api) & set(output), key=lambda k: (len(k), k)):
+        want, got = api[node_id], output[node_id]
+        where = f"prompt node {node_id} ({want['class_type']})"
+        if got.get("class_type") != want["class_type"]:
+            diffs.append(f"{where}: class_type {got.get('class_type')!r}")
+        got_inputs = got.get("inputs", {})
+        for name in sorted(set(want["inputs"]) | set(got_inputs)):
+            a, b = want["inputs"].get(name, "<absent>"), got_inputs.get(name, "<absent>")
+            if a != b:
+                diffs.append(f"{where}: input {name} {a!r} -> {b!r}")
+        title = want.get("_meta", {}).get("title")
+        if title is not None and got.get("_meta", {}).get("title") != title:
+            diffs.append(f"{where}: title {title!r} -> {got.get('_meta', {}).get('title')!r}")
+    return diffs
+
+
+def wait_for_app(tools: DevTools, timeout: float = 180.0) -> int:
+    """Wait for the frontend's setup: ``app.positionConversion`` is the last thing ``app.setup`` sets,
+    and the registered node types stop changing."""
+    probe = ("(() => { const a = window.app, L = window.LiteGraph;"
+             " if (!a || !a.vueAppReady || !a.positionConversion || !L || !a.graph) return -1;"
+             " return Object.keys(L.registered_node_types).length; })()")
+    deadline, last, stable = time.monotonic() + timeout, -1, 0
+    while time.monotonic() < deadline:
+        count = tools.evaluate(probe)
+        stable = stable + 1 if count == last and count > 0 else 0
+        if stable >= 2:
+            return count
+        last = count
+        time.sleep(0.5)
+    raise BrowserError(f"the ComfyUI page did not finish loading in {timeout:.0f} s")
+
+
+def check_file(tools: DevTools, ui_file: Path, origin: str) -> tuple[str, list[str], list[str]]:
+    """(summary, failures, notes) of loading ``ui_file`` in the page."""
+    ui = json.loads(ui_file.read_text(encoding="utf-8"))
+    api_file = ui_file.with_name(ui_file.name[: -len(".json")] + ".api.json")
+    tools.take_events()
+    page = tools.evaluate(f"({PAGE_CHECK})({json.dumps(ui_file.name)}, {json.dumps(json.dumps(ui))})",
+                          timeout=120)
+    failures = compare_graph(ui, page)
+    logged, offline = problems_in_log(tools.take_events(), origin)
+    failures += logged
+    models = [m for batch in page["seen"]["missingModels"] for m in batch]
+    for dialog in page["dialogs"]:
+        if not (models and (dialog["title"] or dialog["text"]).startswith(MISSING_MODELS_TITLE)):
+            failures.append(f"dialog: {dialog['text'][:200]}")
+    failures += [f"toast: {text[:200]}" for text in page["toasts"]]
+    if page["left"]:
+        failures.append(f"{page['left']} dialog(s) could not be closed")
+    if api_file.is_file():
+        failures += compare_prompt(json.loads(api_file.read_text(encoding="utf-8")), page["output"])
+    else:
+        failures.append(f"no {api_file.name} to compare graphToPrompt() with")
+    notes = []
+    if models:
+        notes.append("missing models dialog: " + ", ".join(f"{m.get('directory')}/{m.get('name')}"
+                                                           for m in models))
+    if offline:
+        notes.append(f"{offline} blocked request(s) to other hosts left out")
+    name = ui_file.name[: -len(".json")]
+    summary = f"{name}: {len(page['nodes'])} nodes, {len(page['graph']['links'])} links"
+    return summary, failures, notes
+
+
+def ui_files(given: list[Path]) -> list[Path]:
+    files = given or sorted(p for p in (REPO / "workflows").glob("*.json")
+                            if not p.name.endswith(".api.json"))
+    for file in files:
+        if not file.is_file():
+            raise FileNotFoundError(f"no such workflow file: {file}")
+        if file.name.endswith(".api.json"):
+            raise ValueError(f"{file}: an API-format file; give the UI file <name>.json")
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", type=Path, help="UI workflows (default: workflows/*.json)")
+    parser.add_argument("--comfyui", type=Path, default=None,
+                        help="ComfyUI folder (default: $TREERPO_COMFYUI, else the checkout's .comfyui)")
+    parser.add_argument("--browser", default=None, help="Chromium executable (default: first on PATH)")
+    parser.add_argument("--verbose", action="store_true", help="also list what the page logged on start")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    try:
+        files = ui_files(args.files)
+        browser = find_browser(args.browser)
+        comfyui = args.comfyui or comfyui_dir() or REPO / ".comfyui"
+        if not (comfyui / "main.py").is_file():
+            raise FileNotFoundError(f"{comfyui}: no ComfyUI there (`make comfyui` installs it)")
+    except (FileNotFoundError, ValueError) as err:
+        print(f"check_ui_workflows: error: {err}", file=sys.stderr)
+        return 2
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="treerpo_ui_check_") as tmp:
+        server: Server | None = None
+        tools: DevTools | None = None
+        try:
+            server = start_server(comfyui.resolve(), Path(tmp) / "comfyui")
+            request = urllib.request.Request(server.url + "/settings", data=json.dumps(SETTINGS).encode(),
+                                             headers={"Content-Type": "application/json"})
+            urllib.request.urlopen(request, timeout=30).close()
+            tools = DevTools(browser, Path(tmp) / "profile")
+            tools.call("Page.navigate", {"url": server.url + "/"})
+            count = wait_for_app(tools)
+            boot, _ = problems_in_log(tools.take_events(), server.url)
+            print(f"frontend ready: {count} node types, {time.monotonic() - started:.0f} s "
+                  f"({len(boot)} message(s) logged while starting, not counted"
+                  + (")" if args.verbose else "; --verbose lists them)"))
+            for line in boot if args.verbose else ():
+                print(f"  . {line}")
+            for file in files:
+                summary, failures, notes = check_file(tools, file, server.url)
+                failed |= bool(failures)
+                print(f"{summary}: " + ("OK" if not failures else f"{len(failures)} problem(s)")
+                      + "".join(f" ({note})" for note in notes))
+                for line in failures:
+                    print(f"  - {line}")
+        except (BrowserError, AssertionError, OSError) as err:
+            print(f"check_ui_workflows: error: {str(err).strip()}", file=sys.stderr)
+            return 2
+        finally:
+            if tools is not None:
+                tools.close()
+            if server is not None:
+                stop_server(server)
+    print(f"{'FAILED' if failed else 'all OK'} in {time.monotonic() - started:.0f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,6 +9,7 @@ edge getting the mean advantage of its leaves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -27,6 +28,13 @@ AdvantageBaseline = Literal["depth", "parent"]
 against its siblings' mean (the value of the state it was sampled from), so differences made by
 earlier branchings are not credited to this step; the result is scaled by its spread over the
 prompt and depth, as ``depth`` is."""
+StdScope = Literal["group", "batch"]
+"""Where the advantage's std comes from. ``group`` (the paper): each (prompt, depth) group's own.
+``batch``: the nodes of that depth over every prompt of the iteration, on every rank of a
+data-parallel run (Flow-GRPO's global std), so a prompt whose images barely differ gets small
+advantages instead of unit-size ones; the mean stays the group's own."""
+Reduce = Callable[[Tensor], Tensor]
+"""Sums a tensor over the ranks of a data-parallel run (identity in one process)."""
 STD_EPS = 1e-8
 
 
@@ -44,14 +52,31 @@ def group_stats(values: Tensor, groups: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def normalise_in_groups(values: Tensor, groups: Tensor, clip: float | None = None,
-                        scale: AdvantageScale = "std") -> Tensor:
+                        scale: AdvantageScale = "std", std_groups: Tensor | None = None,
+                        reduce: Reduce | None = None) -> Tensor:
     """``(x - mean) / (std + 1e-8)`` within groups (``scale="none"``: ``x - mean``), optionally
-    clipped to ``+-clip``."""
+    clipped to ``+-clip``. ``std_groups``: take the std of the centred values over these coarser
+    groups instead, summed over ranks by ``reduce`` (the ``batch`` scope)."""
     mean, std = group_stats(values, groups)
     if scale not in ("std", "none"):
         raise ValueError(f"unknown advantage scale {scale!r}; expected 'std' or 'none'")
+    if std_groups is not None:
+        std = pooled_std(values - mean, std_groups, reduce)
     out = (values - mean) / (std + STD_EPS) if scale == "std" else values - mean
     return out.clamp(-clip, clip) if clip is not None else out
+
+
+def pooled_std(centred: Tensor, groups: Tensor, reduce: Reduce | None = None) -> Tensor:
+    """Per element, ``sqrt(mean of squares)`` of the centred values of its group, the sums taken
+    over every rank by ``reduce`` (so every rank gets the whole batch's std)."""
+    num = int(groups.max().item()) + 1 if groups.numel() else 0
+    sums = torch.zeros(2, num, dtype=torch.float64)
+    sums[0].index_add_(0, groups.cpu(), centred.detach().double().cpu() ** 2)
+    sums[1].index_add_(0, groups.cpu(), torch.ones(groups.numel(), dtype=torch.float64))
+    if reduce is not None:
+        sums = reduce(sums)
+    std = (sums[0] / sums[1].clamp(min=1)).sqrt().to(centred.dtype)
+    return std.to(centred.device)[groups.to(centred.device)]
 
 
 def combine_rewards(rewards: Tensor, groups: Tensor, weights: Tensor | None = None) -> Tensor:
@@ -104,11 +129,13 @@ def depth_groups(tree: Tree) -> Tensor:
 
 
 def node_advantages(tree: Tree, values: Tensor, clip: float = 5.0,
-                    scale: AdvantageScale = "std", baseline: AdvantageBaseline = "depth") -> Tensor:
+                    scale: AdvantageScale = "std", baseline: AdvantageBaseline = "depth",
+                    std_scope: StdScope = "group", reduce: Reduce | None = None) -> Tensor:
     """Per node: its value normalised within its (prompt, depth) group (``depth``), or centred on
     its siblings and scaled by the group's spread of those differences (``parent``), clipped."""
+    std_groups = _std_groups(std_scope, tree.node_depth)
     if baseline == "depth":
-        return normalise_in_groups(values, depth_groups(tree), clip, scale)
+        return normalise_in_groups(values, depth_groups(tree), clip, scale, std_groups, reduce)
     if baseline != "parent":
         raise ValueError(f"unknown advantage baseline {baseline!r}; expected 'depth' or 'parent'")
     parent = tree.node_parent.clone()
@@ -116,19 +143,27 @@ def node_advantages(tree: Tree, values: Tensor, clip: float = 5.0,
     parent[roots] = tree.num_nodes + torch.arange(int(roots.sum()))
     centred = values.float() - group_stats(values.float(), parent)[0]
     # a (prompt, depth) group holds whole sibling sets, so its centred values already have mean 0
-    return normalise_in_groups(centred, depth_groups(tree), clip, scale)
+    return normalise_in_groups(centred, depth_groups(tree), clip, scale, std_groups, reduce)
+
+
+def _std_groups(scope: StdScope, coarse: Tensor) -> Tensor | None:
+    if scope not in ("group", "batch"):
+        raise ValueError(f"unknown advantage_std {scope!r}; expected 'group' or 'batch'")
+    return coarse if scope == "batch" else None
 
 
 def edge_advantages(tree: Tree, leaf_values: Tensor, mode: AdvantageMode = "tree",
                     value: NodeValue = "max", clip: float = 5.0,
-                    scale: AdvantageScale = "std", baseline: AdvantageBaseline = "depth") -> Tensor:
+                    scale: AdvantageScale = "std", baseline: AdvantageBaseline = "depth",
+                    std_scope: StdScope = "group", reduce: Reduce | None = None) -> Tensor:
     """Advantage of every edge of ``tree`` (``[E]``), by ``tree`` or ``leaf`` mode."""
     if mode == "tree":
         values = node_values(tree, leaf_values, value)
-        return node_advantages(tree, values, clip, scale, baseline)[tree.edge_child]
+        return node_advantages(tree, values, clip, scale, baseline, std_scope, reduce)[tree.edge_child]
     if mode == "leaf":
+        std_groups = _std_groups(std_scope, torch.zeros(tree.leaf_node.numel(), dtype=torch.long))
         leaf_adv = normalise_in_groups(leaf_values.float().cpu(), tree.node_prompt[tree.leaf_node],
-                                       clip, scale)
+                                       clip, scale, std_groups, reduce)
         return node_values(tree, leaf_adv, "mean")[tree.edge_child]
     raise ValueError(f"unknown advantage mode {mode!r}; expected 'tree' or 'leaf'")
 

@@ -61,8 +61,9 @@ def _run_train(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / (Path(args.config).stem if args.config else "default")
     config = resolve_config(args.config, args.overrides, out, args.resume)
     summary = run_training(config, out, resume=args.resume, progress=not args.no_progress)
-    print(format_summary(summary))
-    print(f"run folder: {out}")
+    if summary:  # rank 0 (the others of a torchrun job return an empty summary)
+        print(format_summary(summary))
+        print(f"run folder: {out}")
     return 0
 
 

@@ -11,13 +11,20 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from torch import nn
+from torch import Tensor, nn
 
 FULL_EXPORT = "transformer"
 
 
-def save_full_transformer(folder: str | Path, transformer: nn.Module) -> dict[str, Path]:
-    """Write ``folder/transformer`` (config + safetensors) atomically; returns its path."""
+def save_full_transformer(folder: str | Path, transformer: nn.Module,
+                          state: dict[str, Tensor] | None = None) -> dict[str, Path]:
+    """Write ``folder/transformer`` (config + safetensors) atomically; returns its path. ``state``:
+    the weights to write instead of the module's own (an FSDP-sharded module's gathered weights,
+    written through an unsharded copy built from the same config)."""
+    if state is not None:
+        fresh = type(transformer).from_config(transformer.config)
+        fresh.load_state_dict(state, strict=True)
+        transformer = fresh
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / FULL_EXPORT

@@ -117,17 +117,23 @@ def read_csv(path: str | os.PathLike[str]) -> list[dict[str, str]]:
 class TensorBoardLogger:
     """Scalars to TensorBoard; flushed on every call so a crash loses nothing already logged."""
 
-    def __init__(self, log_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, log_dir: str | os.PathLike[str], enabled: bool = True) -> None:
+        """``enabled`` False (a data-parallel rank other than 0): logs nothing, writes no file."""
+        self.log_dir = Path(log_dir)
+        self._writer = None
+        if not enabled:
+            return
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
             raise ImportError("TensorBoard logging needs the tensorboard package: "
                               "pip install tensorboard") from exc
-        self.log_dir = Path(log_dir)
         self._writer = SummaryWriter(log_dir=str(self.log_dir))
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Log every numeric value at ``step``; ``None``, strings and other values are skipped."""
+        if self._writer is None:
+            return
         for name, value in metrics.items():
             number = _number(value)
             if number is not None:
@@ -135,7 +141,8 @@ class TensorBoardLogger:
         self._writer.flush()
 
     def close(self) -> None:
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()
 
     def __enter__(self) -> TensorBoardLogger:
         return self

@@ -18,6 +18,19 @@ import torch
 
 from .checkpoint import load_latest, save_checkpoint
 from .config_io import save_config
+from .distributed import (
+    Dist,
+    full_state,
+    gather,
+    load_full_state,
+    load_optimizer_state,
+    optimizer_state,
+    reduce_max,
+    reduce_sum,
+    shard,
+    sum_over_ranks,
+    wrap_model,
+)
 from .evaluate import PromptSource, clean_renders, drift_loss, eval_pairs_for, evaluate
 from .flow import make_sigmas
 from .full_export import save_full_transformer
@@ -33,7 +46,7 @@ from .lora import (
 from .losses import clip_bounds, ratio_spread
 from .models.embedded import EmbeddedPolicy
 from .objective import LossConfig, backward_over_tree, prepare_targets
-from .policy import Policy
+from .policy import WRAPPED, Policy
 from .rewards.mix import RewardMix
 from .strategies import DanceGRPOConfig, build_plan, window_start
 from .train_config import TrainConfig
@@ -126,6 +139,31 @@ def iteration_seeds(seed: int, iteration: int, count: int) -> list[int]:
     return [int(s) for s in np.random.default_rng([seed, iteration, 1]).integers(0, 2**31 - 1, count)]
 
 
+def update_chunks(fwd_prompt: torch.Tensor, fwd_step: torch.Tensor, forwards: torch.Tensor, updates: int,
+                  epochs: int, seed: int, iteration: int, first_prompt: int = 0) -> list[torch.Tensor]:
+    """The trained forwards of each optimizer update: per epoch, ``updates`` chunks. Each prompt's
+    forwards of each tree layer are shuffled by a generator of the prompt's index in the whole batch
+    (``first_prompt`` + local index) and dealt evenly over the chunks, starting at a chunk drawn per
+    layer. So a chunk is the same set of forwards however the prompts are sharded across ranks,
+    and on every rank it spans the same layers with the same counts: the same micro-batches, which
+    FSDP needs (its collectives run in every forward and backward)."""
+    prompt_of, step_of = fwd_prompt[forwards], fwd_step[forwards]
+    chunks: list[torch.Tensor] = []
+    for epoch in range(epochs):
+        parts: list[list[torch.Tensor]] = [[] for _ in range(updates)]
+        for layer in step_of.unique().tolist():
+            offset = int(np.random.default_rng([seed, iteration, epoch, layer, 11]).integers(updates))
+            for p in prompt_of.unique().tolist():
+                mine = forwards[(prompt_of == p) & (step_of == layer)]
+                key = [seed, iteration, epoch, first_prompt + p, layer, 7]
+                draw = np.random.default_rng(key).integers(2**62)
+                order = torch.randperm(mine.numel(), generator=torch.Generator().manual_seed(int(draw)))
+                for j, piece in enumerate(torch.tensor_split(mine[order], updates)):
+                    parts[(j + offset) % updates].append(piece)
+        chunks.extend(torch.cat(part).sort().values for part in parts)
+    return chunks
+
+
 @dataclass
 class ClipSpread:
     """Running estimate of ``|r - 1|`` so that clip bounds sit where ratios actually are."""
@@ -152,15 +190,22 @@ class ClipSpread:
 class Trainer:
     """One run: owns the policy, optimizer, reward, prompt source and the clip-spread state."""
 
-    def __init__(self, config: TrainConfig, policy: Policy | None = None, evaluation: bool = True) -> None:
+    def __init__(self, config: TrainConfig, policy: Policy | None = None, evaluation: bool = True,
+                 dist: Dist | None = None) -> None:
         """``policy``: a model already loaded (its weights are trained in place: pass a copy);
         None loads ``config.model``. ``evaluation`` False (training steps in a front end): no
-        held-out set, so no prompt is kept out of training."""
+        held-out set, so no prompt is kept out of training. ``dist``: this process's place in a
+        data-parallel job (``trainer.distributed``); None is a single process."""
         torch.set_num_threads(config.threads)
         self.config = config
+        self.dist = dist or Dist()
+        shard(config.data.prompts_per_iteration, self.dist)  # an uneven split fails before loading
         # rewards first: a missing reward file fails in seconds, before a large model loads
         self.reward = RewardMix(config.reward, config.reward_weights, resolve_device(config.model.device))
         self.policy = load_policy(config, policy)
+        wrapped, self.grad_sync = wrap_model(self.policy.transformer, self.dist, not config.lora.enabled)
+        if wrapped is not self.policy.transformer:
+            self.policy.__dict__[WRAPPED] = wrapped  # not a submodule: the transformer is registered
         self.params = list(self.policy.trainable_parameters())
         o = config.optim
         self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
@@ -191,18 +236,25 @@ class Trainer:
                 "torch_rng": torch.get_rng_state()}
 
     def trained_state(self) -> dict[str, torch.Tensor]:
-        """What a checkpoint keeps of the model: the LoRA, or every weight when fully fine-tuned."""
+        """What a checkpoint keeps of the model: the LoRA, or every weight when fully fine-tuned
+        (unsharded: a collective under FSDP, so every rank calls it)."""
         transformer = self.policy.transformer
         if self.config.lora.enabled:
             return lora_state_dict(transformer)
-        return {k: v.detach().clone().contiguous() for k, v in transformer.state_dict().items()}
+        return full_state(transformer, self.dist)
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """The optimizer state by parameter name, unsharded (loads at any world size)."""
+        return optimizer_state(self.policy.transformer, self.optimizer)
 
     def restore(self, lora: dict, optimizer: dict, state: dict) -> None:
         if self.config.lora.enabled:
             load_lora_state(self.policy.transformer, lora)
+        elif self.dist.enabled:
+            load_full_state(self.policy.transformer, lora)
         else:
             self.policy.transformer.load_state_dict(lora, strict=True)
-        self.optimizer.load_state_dict(optimizer)
+        load_optimizer_state(self.policy.transformer, self.optimizer, optimizer)
         ema = float(state.get("clip_ema", -1.0))
         self.spread.ema = None if ema < 0 else ema
         if "torch_rng" in state:
@@ -245,8 +297,10 @@ class Trainer:
         """Rollout, reward and ``updates_per_iteration`` optimizer updates; returns the metrics."""
         c = self.config
         start = time.perf_counter()
-        prompts = self.prompts.prompts(iteration, c.data.prompts_per_iteration)
-        seeds = iteration_seeds(c.seed, iteration, len(prompts))
+        everyone = self.prompts.prompts(iteration, c.data.prompts_per_iteration)
+        mine = shard(len(everyone), self.dist)  # this rank's prompts (all of them in one process)
+        prompts = everyone[mine]
+        seeds = iteration_seeds(c.seed, iteration, len(everyone))[mine]
         plan = self.plan(iteration)
         self.policy.eval()
         cond = self.policy.encode(prompts)
@@ -261,12 +315,13 @@ class Trainer:
         values = self.reward.training_signal(scores, leaf_prompt)
 
         loss_cfg = self.loss_config()
-        targets = prepare_targets(tree, values, loss_cfg, seed=c.seed * 1_000_033 + iteration)
-        shuffle = torch.Generator().manual_seed(c.seed * 7919 + iteration)
+        targets = prepare_targets(tree, values, loss_cfg, seed=c.seed * 1_000_033 + iteration,
+                                  reduce=sum_over_ranks(self.dist), first_prompt=mine.start)
         forwards = targets.train_forwards
-        updates = min(c.optim.updates_per_iteration, max(1, forwards.numel()))
-        chunks = [chunk for _ in range(c.optim.epochs) for chunk in torch.tensor_split(
-            forwards[torch.randperm(forwards.numel(), generator=shuffle)], updates)]
+        per_prompt = forwards.numel() // max(1, len(prompts))  # the same for every prompt and rank
+        updates = min(c.optim.updates_per_iteration, max(1, per_prompt))
+        chunks = update_chunks(tree.fwd_prompt, tree.fwd_step, forwards, updates, c.optim.epochs, c.seed,
+                               iteration, mine.start)
         lr = c.optim.lr_at(iteration, c.iterations)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -281,8 +336,8 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             reference = self.reference_velocity if c.loss.kl_beta > 0 else None
             stats = backward_over_tree(self.policy.velocity, cond, tree, targets, loss_cfg,
-                                       c.max_batch, reference=reference, forwards=chunk.sort().values,
-                                       scale=updates)
+                                       c.max_batch, reference=reference, forwards=chunk,
+                                       scale=updates, grad_sync=self.grad_sync)
             norm = torch.nn.utils.clip_grad_norm_(self.params, c.optim.grad_clip)
             if torch.isfinite(norm) and math.isfinite(stats.loss):
                 self.optimizer.step()
@@ -290,7 +345,7 @@ class Trainer:
                 skipped += 1
             self.optimizer.zero_grad(set_to_none=True)
             if k > 0:
-                self.spread.update(c, stats.ratios)
+                self.spread.update(c, gather(stats.ratios, self.dist))
             for key in totals:
                 totals[key] += getattr(stats, key)
             clipped += stats.clip_frac * stats.train_edges
@@ -298,22 +353,39 @@ class Trainer:
             dev_max = max(dev_max, stats.ratio_dev_max)
             grad_norms.append(float(norm))
             nfe_train += stats.train_nfe
+        # every rank holds its prompts' share: log the whole batch's numbers
+        rewards = gather(rewards, self.dist)
+        exact = gather(scores["exact"].float(), self.dist) if "exact" in scores else None
+        sums = reduce_sum({**totals, "clipped": clipped, "edges": edges, "nfe_rollout": tree.nfe,
+                           "nfe_train": nfe_train, "scored": tree.leaf_node.numel()}, self.dist)
+        world = self.dist.world_size
         return {
             "iteration": iteration + 1, "strategy": c.strategy, "window_start": plan.window_start,
             "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std(unbiased=False)),
             "reward_max": float(rewards.max()),
-            "exact_mean": float(scores["exact"].float().mean()) if "exact" in scores else None,
-            **totals, "clip_frac": clipped / max(1, edges), "clip_scale": loss_cfg.clip.scale,
-            "ratio_dev_max": dev_max, "grad_norm": float(np.mean(grad_norms)),
-            "skipped_updates": skipped, "lr": lr, "nfe_rollout": tree.nfe * self.forwards_per_row,
-            "nfe_train": nfe_train * self.forwards_per_row,
-            "scored_images": int(tree.leaf_node.numel()), "iteration_s": time.perf_counter() - start,
+            "exact_mean": float(exact.mean()) if exact is not None else None,
+            **{key: sums[key] / world for key in totals},  # each rank's loss is the batch's scale
+            "clip_frac": sums["clipped"] / max(1.0, sums["edges"]), "clip_scale": loss_cfg.clip.scale,
+            "ratio_dev_max": reduce_max(dev_max, self.dist), "grad_norm": float(np.mean(grad_norms)),
+            "skipped_updates": skipped, "lr": lr,
+            "nfe_rollout": int(sums["nfe_rollout"]) * self.forwards_per_row,
+            "nfe_train": int(sums["nfe_train"]) * self.forwards_per_row,
+            "scored_images": int(sums["scored"]),
+            "iteration_s": reduce_max(time.perf_counter() - start, self.dist),
         }
 
     def export(self, folder: Path) -> dict[str, Path]:
-        """The LoRA in ComfyUI and diffusers formats, or the whole fine-tuned transformer."""
+        """The LoRA in ComfyUI and diffusers formats, or the whole fine-tuned transformer. Every rank
+        calls it (gathering sharded weights is a collective); only rank 0 writes."""
         if not self.config.lora.enabled:
+            if self.dist.enabled:
+                state = full_state(self.policy.transformer, self.dist)
+                if not self.dist.is_main:
+                    return {}
+                return save_full_transformer(folder, self.policy.transformer, state)
             return save_full_transformer(folder, self.policy.transformer)
+        if not self.dist.is_main:
+            return {}
         kind = self.config.model.kind
         return save_lora_files(folder, self.policy.transformer,
                                COMFYUI_PREFIX if kind == "embedded" else DIFFUSERS_MODEL_PREFIX, kind=kind)
@@ -324,8 +396,11 @@ def save_resolved_config(config: TrainConfig, run_dir: Path) -> None:
 
 
 def checkpoint(trainer: Trainer, run_dir: Path, iteration: int, wall_s: float) -> None:
-    save_checkpoint(run_dir / "checkpoints", iteration, trainer.trained_state(),
-                    trainer.optimizer.state_dict(), {**trainer.state(), "wall_s": wall_s})
+    """Every rank gathers (FSDP shards are collected), rank 0 writes."""
+    trained, optimizer = trainer.trained_state(), trainer.optimizer_state()
+    if trainer.dist.is_main:
+        save_checkpoint(run_dir / "checkpoints", iteration, trained, optimizer,
+                        {**trainer.state(), "wall_s": wall_s})
 
 
 def resume_point(trainer: Trainer, run_dir: Path) -> tuple[int, float]:

@@ -9,6 +9,7 @@ gradient, and memory depends on the micro-batch size, not on the number of leave
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -20,6 +21,8 @@ from .advantages import (
     AdvantageMode,
     AdvantageScale,
     NodeValue,
+    Reduce,
+    StdScope,
     best_leaf_index,
     combine_rewards,
     edge_advantages,
@@ -65,6 +68,7 @@ class LossConfig:
     advantage: AdvantageMode = "tree"
     advantage_scale: AdvantageScale = "std"
     advantage_baseline: AdvantageBaseline = "depth"
+    advantage_std: StdScope = "group"
     node_value: NodeValue = "max"
     adv_clip: float = 5.0
     clip: ClipConfig = field(default_factory=ClipConfig)
@@ -125,18 +129,21 @@ def step_factors(tree: Tree, mode: StepScale) -> Tensor:
 
 
 def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
-                    reward_weights: Tensor | None = None, seed: int = 0) -> TrainTargets:
+                    reward_weights: Tensor | None = None, seed: int = 0,
+                    reduce: Reduce | None = None, first_prompt: int = 0) -> TrainTargets:
     """Advantages, clip bounds, loss weights and LayerTuning targets for one rollout.
 
     ``rewards``: ``[L]`` or ``[L, K]`` per leaf, in ``tree.leaf_node`` order (prompt-major).
-    ``seed`` draws the fresh noise of the ``renoise`` target.
+    ``seed`` draws the fresh noise of the ``renoise`` target, per prompt (``first_prompt``: the
+    index of this tree's first prompt in the whole batch). ``reduce`` sums over the ranks of a
+    data-parallel run (the ``batch`` advantage std).
     """
     rewards = rewards.detach().float().cpu()
     leaf_prompt = tree.node_prompt[tree.leaf_node]
     leaf_value = combine_rewards(rewards, leaf_prompt, reward_weights)
     values = node_values(tree, leaf_value, config.node_value)
     adv = edge_advantages(tree, leaf_value, config.advantage, config.node_value, config.adv_clip,
-                          config.advantage_scale, config.advantage_baseline)
+                          config.advantage_scale, config.advantage_baseline, config.advantage_std, reduce)
     low, high = clip_bounds(adv, config.clip)
 
     forwards = tree.trained_forwards
@@ -180,8 +187,13 @@ def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
     edge_weight = _edge_weights(tree) * factor[tree.edge_forward]
     noise = None
     if config.prm_target == "renoise" and config.prm_lambda != 0.0:
-        gen = torch.Generator().manual_seed(int(seed))
-        noise = torch.randn((num_fwd, *tree.leaf_latents.shape[1:]), generator=gen)
+        # one generator per prompt (its index in the whole batch): the same noise however the
+        # prompts are sharded across ranks
+        noise = torch.zeros((num_fwd, *tree.leaf_latents.shape[1:]))
+        for p in range(tree.num_prompts):
+            rows = (tree.fwd_prompt == p).nonzero().flatten()
+            gen = torch.Generator().manual_seed(int(seed) * 100_003 + first_prompt + p)
+            noise[rows] = torch.randn((rows.numel(), *noise.shape[1:]), generator=gen)
     return TrainTargets(leaf_value, values, adv, edge_weight, low, high, prm_weight * factor,
                         path_edge, best_x0, layer_w, forwards, factor, noise)
 
@@ -327,20 +339,24 @@ def backward_over_tree(velocity: VelocityFn, cond: Cond, tree: Tree, targets: Tr
                        config: LossConfig, max_batch: int | None = None,
                        reference: VelocityFn | None = None,
                        on_batch: Callable[[LossParts], None] | None = None,
-                       forwards: Tensor | None = None, scale: float = 1.0) -> LossStats:
+                       forwards: Tensor | None = None, scale: float = 1.0,
+                       grad_sync: Callable[[bool], AbstractContextManager] | None = None) -> LossStats:
     """Accumulate the loss's gradient micro-batch by micro-batch; return its statistics.
 
     ``forwards`` restricts the pass to a subset of the trained forwards (one of several
     optimizer updates per rollout); ``scale`` multiplies its loss (e.g. by the number of subsets,
-    so each update has the magnitude of the full loss).
+    so each update has the magnitude of the full loss). ``grad_sync(last)`` wraps each micro-batch
+    (data-parallel runs: gradients are reduced over ranks with the last one only).
     """
     totals = torch.zeros(4)
     ratios, clipped = [], []
     nfe = 0
     chosen = targets.train_forwards if forwards is None else forwards
-    for batch in forward_batches(tree, chosen, max_batch):
-        parts = microbatch_loss(velocity, cond, tree, targets, batch, config, reference)
-        (parts.total * scale).backward()
+    batches = forward_batches(tree, chosen, max_batch)
+    for i, batch in enumerate(batches):
+        with grad_sync(i == len(batches) - 1) if grad_sync is not None else nullcontext():
+            parts = microbatch_loss(velocity, cond, tree, targets, batch, config, reference)
+            (parts.total * scale).backward()
         nfe += batch.numel() + extra_forwards(targets, batch, config)
         totals += torch.stack([parts.total.detach(), parts.grpo, parts.prm, parts.kl]).cpu()
         ratios.append(parts.ratio.cpu())

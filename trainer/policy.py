@@ -6,7 +6,7 @@ embedded default, diffusers FLUX.1/SD3 and a ComfyUI MODEL are its implementatio
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
@@ -30,3 +30,12 @@ class Policy(Protocol):
 
     def trainable_parameters(self) -> Iterable[Parameter]:
         """What the optimizer updates (the LoRA, or all weights for full fine-tuning)."""
+
+
+WRAPPED = "wrapped_transformer"
+
+
+def transformer_call(policy: Any) -> Callable[..., Any]:
+    """What a policy's velocity calls: its transformer, or the data-parallel wrapper around it that
+    ``trainer.distributed`` installed (DDP must see the forward to reduce the gradients)."""
+    return policy.__dict__.get(WRAPPED) or policy.transformer

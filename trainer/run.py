@@ -13,6 +13,7 @@ from typing import Any
 
 from .atomic import atomic_write_text
 from .config_io import ConfigError, load_config
+from .distributed import Dist, barrier, setup, teardown
 from .logs import (
     MetricsCsv,
     TensorBoardLogger,
@@ -43,28 +44,43 @@ def _eval_row(metrics: dict[str, float]) -> dict[str, float]:
 
 def run_training(config: TrainConfig, run_dir: str | Path, resume: bool = False,
                  progress: bool = True) -> dict[str, Any]:
-    """Train per ``config`` into ``run_dir``; returns the summary (also ``summary.json``)."""
-    run_dir = Path(run_dir)
+    """Train per ``config`` into ``run_dir``; returns the summary (also ``summary.json``).
+
+    Under ``torchrun`` every rank runs this; rank 0 alone writes the run folder (every rank reads
+    the checkpoint to resume, so the folder must be on storage all nodes share)."""
+    d = setup(config.distributed)
+    try:
+        return _run(config, Path(run_dir), resume, progress, d)
+    finally:
+        teardown(d)
+
+
+def _run(config: TrainConfig, run_dir: Path, resume: bool, progress: bool, d: Dist) -> dict[str, Any]:
     metrics_path = run_dir / "metrics.csv"
     if metrics_path.exists() and not resume:
         raise ConfigError(f"run folder {run_dir} already holds a run; add --resume to continue it "
                           "or choose another --out")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(config)
+    barrier(d)  # every rank has looked before rank 0 creates anything
+    main = d.is_main
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(config, dist=d)
     done, wall = resume_point(trainer, run_dir) if resume else (0, 0.0)
-    save_resolved_config(config, run_dir)
-    metrics = MetricsCsv(metrics_path, COLUMNS)
+    metrics = MetricsCsv(metrics_path, COLUMNS) if main else None
+    if main:
+        save_resolved_config(config, run_dir)
     if done == 0:
-        metrics.truncate_after(-1)
         base, images = trainer.evaluate()
-        metrics.append({"iteration": 0, "strategy": config.strategy, **_eval_row(base), "wall_s": 0.0})
-        save_image_grid(images[:SAMPLE_PAIRS], run_dir / "samples" / "before.png", nrow=4,
-                        captions=[p.prompt for p in trainer.eval_pairs[:SAMPLE_PAIRS]])
-    else:
+        if metrics is not None:
+            metrics.truncate_after(-1)
+            metrics.append({"iteration": 0, "strategy": config.strategy, **_eval_row(base), "wall_s": 0.0})
+            save_image_grid(images[:SAMPLE_PAIRS], run_dir / "samples" / "before.png", nrow=4,
+                            captions=[p.prompt for p in trainer.eval_pairs[:SAMPLE_PAIRS]])
+    elif metrics is not None:
         metrics.truncate_after(done)
-    with TensorBoardLogger(run_dir / "tensorboard") as board:
+    with TensorBoardLogger(run_dir / "tensorboard", enabled=main) as board:
         bar = make_progress(config.iterations, initial=min(done, config.iterations),
-                            desc=config.strategy, disable=not progress)
+                            desc=config.strategy, disable=not (progress and main))
         final_images = None
         for it in range(done, config.iterations):
             row = trainer.step(it)
@@ -74,7 +90,8 @@ def run_training(config: TrainConfig, run_dir: str | Path, resume: bool = False,
             if (it + 1) % config.data.eval_every == 0 or last:
                 scores, final_images = trainer.evaluate()
                 row.update(_eval_row(scores))
-            metrics.append(row)
+            if metrics is not None:
+                metrics.append(row)
             board.log(it + 1, finite_numbers(row))
             if (it + 1) % config.checkpoint_every == 0 or last:
                 checkpoint(trainer, run_dir, it + 1, wall)
@@ -85,15 +102,19 @@ def run_training(config: TrainConfig, run_dir: str | Path, resume: bool = False,
         bar.close()
     if final_images is None:
         scores, final_images = trainer.evaluate()
+    files = trainer.export(run_dir / "lora")  # every rank: gathering FSDP shards is collective
+    if not main:
+        barrier(d)
+        return {}
     save_image_grid(final_images[:SAMPLE_PAIRS], run_dir / "samples" / "after.png", nrow=4,
                     captions=[p.prompt for p in trainer.eval_pairs[:SAMPLE_PAIRS]])
     rows = read_csv(metrics_path)
     plot_curves(rows, run_dir / "plots" / "reward.png",
                 ys=(("reward_mean", "eval_reward"), "eval_exact", ("loss", "grpo_loss", "prm_loss"),
                     "clip_frac"), title=f"{config.strategy} on the embedded default")
-    files = trainer.export(run_dir / "lora")
     summary = _summary(rows, config, files)
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    barrier(d)  # the others leave once the run folder is complete
     return summary
 
 

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from .distributed import DistributedConfig
 from .objective import LossConfig
 from .strategies import DanceGRPOConfig, MixGRPOConfig, StrategyConfig, TreeConfig
 
@@ -223,6 +224,7 @@ class TrainConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     clip_spread: ClipSpreadConfig = field(default_factory=ClipSpreadConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     def __post_init__(self) -> None:
         if self.iterations < 0:

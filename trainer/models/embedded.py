@@ -24,6 +24,7 @@ from ..embedded.architecture import (
     text_encoder_config,
     transformer_config,
 )
+from ..policy import transformer_call
 
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "embedded" / "weights"
 REQUIRED_FILES = (
@@ -204,7 +205,7 @@ class EmbeddedPolicy(nn.Module):
         _, c, h, w = x.shape
         dtype = next(self.transformer.parameters()).dtype
         text = cond["text"]
-        out = self.transformer(
+        out = transformer_call(self)(
             hidden_states=pack(x).to(dtype),
             encoder_hidden_states=text.to(dtype),
             pooled_projections=cond["pooled"].to(dtype),

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ..policy import transformer_call
 from .diffusers_common import (
     DiffusersPolicy,
     ModelSource,
@@ -160,7 +161,7 @@ class FluxPolicy(DiffusersPolicy):
         guidance = None
         if self.transformer.config.guidance_embeds:
             guidance = torch.full((b,), self.guidance, device=dev, dtype=torch.float32)
-        out = self.transformer(
+        out = transformer_call(self)(
             hidden_states=pack(x.to(dev, torch.float32)).to(dtype),
             timestep=timestep,
             guidance=guidance,

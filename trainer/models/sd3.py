@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..policy import transformer_call
 from .diffusers_common import (
     DiffusersPolicy,
     ModelSource,
@@ -212,7 +213,7 @@ class SD3Policy(DiffusersPolicy):
             pooled = torch.cat([neg["pooled_prompt_embeds"].to(dtype).expand(b, -1), pooled])
             hidden = torch.cat([hidden, hidden])
             timestep = torch.cat([timestep, timestep])
-        out = self.transformer(hidden_states=hidden, timestep=timestep, encoder_hidden_states=text,
+        out = transformer_call(self)(hidden_states=hidden, timestep=timestep, encoder_hidden_states=text,
                                pooled_projections=pooled, return_dict=False)[0].float()
         if self.cfg:
             v_uncond, v_cond = out.chunk(2)

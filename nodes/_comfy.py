@@ -26,8 +26,8 @@ from comfy_api.latest import ComfyExtension, io
 
 __all__ = ["ComfyExtension", "decode_images", "denoise", "embedded_model_patcher", "embedded_policy_of",
            "flow_family", "guided_sample", "io", "ksampler", "latent_shape_of", "load_for_training",
-           "lora_patched", "model_sigmas", "models_directory", "output_directory", "progress_bar",
-           "prompt_model_conds", "temp_directory"]
+           "lora_patched", "model_roots", "model_sigmas", "models_directory", "output_directory",
+           "progress_bar", "prompt_model_conds", "temp_directory"]
 
 
 def output_directory() -> str:
@@ -38,6 +38,15 @@ def output_directory() -> str:
 def models_directory() -> str:
     """ComfyUI's models folder (relative reward weight paths are looked up under it)."""
     return folder_paths.models_dir
+
+
+def model_roots() -> list[str]:
+    """Every folder ComfyUI reads models from: its models folder first, then each model type's
+    folders (extra_model_paths.yaml included). Paths the nodes read must lie inside one."""
+    roots = [folder_paths.models_dir]
+    for folders, _extensions in folder_paths.folder_names_and_paths.values():
+        roots.extend(f for f in folders if f not in roots)
+    return roots
 
 
 def temp_directory() -> str:

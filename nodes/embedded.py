@@ -8,12 +8,14 @@ samplers (``KSampler``, ``SamplerCustomAdvanced``) and LoRAs through ``LoraLoade
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..trainer.models.embedded import EmbeddedPolicy
-from ._comfy import embedded_model_patcher, io
+from ._comfy import embedded_model_patcher, io, model_roots, models_directory
+from .inputs import confined
 
 EmbeddedType = io.Custom("TREERPO_EMBEDDED")
 CATEGORY = "TreeRPO/embedded"
@@ -42,7 +44,11 @@ class TreeRPOEmbeddedLoader(io.ComfyNode):
 
     @classmethod
     def execute(cls, weights: str, shift: float) -> io.NodeOutput:
-        policy = EmbeddedPolicy.from_pretrained(weights.strip() or None)
+        folder = None
+        if weights.strip():  # a relative path is under ComfyUI's models folder; none outside its folders
+            path = Path(models_directory()) / weights.strip()
+            folder = confined(path, model_roots(), "embedded model folder")
+        policy = EmbeddedPolicy.from_pretrained(folder)
         return io.NodeOutput(embedded_model_patcher(policy, shift), policy)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..trainer.rewards.mix import RewardMix
 from ..trainer.score import format_scores
-from ._comfy import io, models_directory
+from ._comfy import io, model_roots, models_directory
 from .inputs import check_rewards, parse_lines, parse_weights
 
 CATEGORY = "TreeRPO/rewards"
@@ -46,7 +46,7 @@ class TreeRPORewardScore(io.ComfyNode):
     @classmethod
     def validate_inputs(cls, reward: str, reward_weights: str) -> bool | str:
         try:
-            check_rewards(reward, reward_weights, models_directory())
+            check_rewards(reward, reward_weights, models_directory(), model_roots())
         except (ValueError, FileNotFoundError) as err:
             return str(err)
         return True
@@ -54,7 +54,7 @@ class TreeRPORewardScore(io.ComfyNode):
     @classmethod
     def execute(cls, images: Any, prompts: str, reward: str, reward_weights: str) -> io.NodeOutput:
         batch = images.permute(0, 3, 1, 2).float()  # ComfyUI IMAGE: [B, H, W, 3] in [0, 1]
-        mix = RewardMix(reward, parse_weights(reward_weights, models_directory()))
+        mix = RewardMix(reward, parse_weights(reward_weights, models_directory(), model_roots()))
         out = mix(batch, prompts_for(prompts, batch.shape[0]))
         names = mix.names
         scores = {names[0]: out["reward"]} if len(names) == 1 else {

@@ -15,7 +15,7 @@ import torch
 from ..trainer.rewards.mix import RewardMix
 from ..trainer.strategies import MixGRPOConfig, TreeConfig, build_plan
 from ..trainer.tree import Tree, rollout
-from ._comfy import guided_sample, io, ksampler, model_sigmas, models_directory
+from ._comfy import guided_sample, io, ksampler, model_roots, model_sigmas, models_directory
 from .embedded import EmbeddedType
 from .inputs import check_rewards, parse_weights
 
@@ -169,7 +169,7 @@ class TreeRPOBestOfTree(io.ComfyNode):
                         reward_weights: str) -> bool | str:
         try:
             tree_config(steps, depth, 2, window_start, 0.6)
-            check_rewards(reward, reward_weights, models_directory())
+            check_rewards(reward, reward_weights, models_directory(), model_roots())
         except (ValueError, FileNotFoundError) as err:
             return str(err)
         return True
@@ -190,7 +190,7 @@ class TreeRPOBestOfTree(io.ComfyNode):
         else:
             images = vae.decode(leaves)
         images = images.float().cpu().clamp(0.0, 1.0)
-        mix = RewardMix(reward, parse_weights(reward_weights, models_directory()))
+        mix = RewardMix(reward, parse_weights(reward_weights, models_directory(), model_roots()))
         out = mix(images.permute(0, 3, 1, 2), [prompt.strip()] * images.shape[0])
         scores = out["reward"].float()
         best = int(torch.argmax(scores))

@@ -34,6 +34,7 @@ from ._comfy import (
     io,
     latent_shape_of,
     lora_patched,
+    model_roots,
     models_directory,
     output_directory,
     progress_bar,
@@ -120,7 +121,7 @@ class TreeRPOTrainLoRA(io.ComfyNode):
     def validate_inputs(cls, reward: str, reward_weights: str, settings: str, strategy: str) -> bool | str:
         # named parameters only: with **kwargs ComfyUI would skip its own min/max checks
         try:
-            weights = check_rewards(reward, reward_weights, models_directory())
+            weights = check_rewards(reward, reward_weights, models_directory(), model_roots())
             check_plan(node_config(1, [], reward, weights, strategy, 0, settings))
         except (ValueError, TypeError, FileNotFoundError) as err:
             return str(err)
@@ -130,7 +131,7 @@ class TreeRPOTrainLoRA(io.ComfyNode):
     def execute(cls, model: Any, iterations: int, prompts: str, reward: str, reward_weights: str,
                 strategy: str, seed: int, settings: str, previous: TrainingState | None = None,
                 clip: Any = None, vae: Any = None, latent: dict | None = None) -> io.NodeOutput:
-        weights = parse_weights(reward_weights, models_directory())
+        weights = parse_weights(reward_weights, models_directory(), model_roots())
         bar = progress_bar(iterations)
 
         def on_iteration(done: int, _row: dict) -> None:

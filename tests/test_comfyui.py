@@ -231,8 +231,12 @@ def test_reward_score_node_scores_images_like_the_trainer(server: Server) -> Non
     ({"reward": "hps-v2.1"}, "reward 'hps-v2.1' needs its weights"),
     ({"settings": "tree.depth=0"}, "depth"),
     ({"settings": "tree.dept=3"}, "unknown key 'tree.dept'"),
-    ({"reward": "hps-v2.1", "reward_weights": "hps-v2.1=/nonexistent/hps.pt"},
-     "weights of reward 'hps-v2.1' not found: /nonexistent/hps.pt"),
+    ({"reward": "hps-v2.1", "reward_weights": "hps-v2.1=rewards/missing_hps.pt"},
+     "weights of reward 'hps-v2.1' not found: "),
+    ({"reward": "hps-v2.1", "reward_weights": "hps-v2.1=/etc/passwd"},  # outside the model folders
+     "weights path of reward 'hps-v2.1' /etc/passwd is outside ComfyUI's model folders"),
+    ({"reward": "hps-v2.1", "reward_weights": "hps-v2.1=../../secret.pt"},
+     "is outside ComfyUI's model folders"),
     ({"iterations": 0}, "smaller than min"),  # ComfyUI's own range check still applies
 ])
 def test_bad_training_inputs_fail_validation_and_the_server_keeps_serving(

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .atomic import one_line
 from .nfe import NfeSettings, format_table, nfe_table
 
 
@@ -168,13 +169,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_loading_bars() -> None:
+    """transformers draws a progress bar for every checkpoint it loads (the embedded model's text
+    encoder: a fraction of a second); on stderr it buries the one line an error prints."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; bad input ends with one line on stderr and exit status 2."""
     args = build_parser().parse_args(argv)
+    _quiet_loading_bars()
     try:
         return int(args.func(args))
-    except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
-        print(f"treerpo {args.command}: error: {err}", file=sys.stderr)
+    except (ValueError, TypeError, ImportError) as err:
+        print(f"treerpo {args.command}: error: {one_line(err, 400)}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a missing file, a full disk, no permission: what and where
+        what = err.strerror or one_line(err, 400)
+        where = f": {err.filename}" if err.filename else ""
+        print(f"treerpo {args.command}: error: {what}{where}", file=sys.stderr)
         return 2
 
 

@@ -113,6 +113,11 @@ def window_for(config: TrainConfig, iteration: int) -> int | None:
     strategy = config.strategy_config
     if isinstance(strategy, DanceGRPOConfig):
         return None
+    if strategy.max_window_start < 0:
+        size = strategy.steps - 1 - strategy.max_window_start
+        section = "tree" if config.strategy == "dynamic_treerpo" else "mixgrpo"
+        raise ValueError(f"{section}.steps is {strategy.steps}: too few for a window of {size} SDE steps "
+                         f"(it needs at least {size + 1} steps)")
     w = config.window
     start = strategy.window_start if w.start is None else w.start
     return window_start(iteration, w.schedule, start, strategy.max_window_start, w.every, w.stride,
@@ -162,6 +167,10 @@ def update_chunks(fwd_prompt: torch.Tensor, fwd_step: torch.Tensor, forwards: to
                     parts[(j + offset) % updates].append(piece)
         chunks.extend(torch.cat(part).sort().values for part in parts)
     return chunks
+
+
+class TrainingStopped(ValueError):
+    """The run cannot go on (e.g. every update diverges); its last checkpoint is intact."""
 
 
 @dataclass
@@ -223,6 +232,7 @@ class Trainer:
                            if evaluation else [])
         self.prompts = PromptSource(d.prompts, config.seed, exclude=[p.prompt for p in self.eval_pairs])
         self.spread = ClipSpread()
+        self.skipped_in_a_row = 0
         # drift (flow loss on ideal renders) exists where renders do: the embedded model's scenes
         scene_eval = (evaluation and d.prompts == "scenes" and d.eval_prompts is None
                       and config.model.kind == "embedded")
@@ -233,7 +243,17 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         return {"clip_ema": -1.0 if self.spread.ema is None else self.spread.ema,
-                "torch_rng": torch.get_rng_state()}
+                "torch_rng": torch.get_rng_state(), "skipped_in_a_row": self.skipped_in_a_row}
+
+    def check_progress(self, iteration: int) -> None:
+        """Stop (one line, ``TrainingStopped``) after ``optim.max_skipped_in_a_row`` optimizer updates
+        in a row whose loss or gradient was not finite: the model is not learning any more."""
+        limit = self.config.optim.max_skipped_in_a_row
+        if limit and self.skipped_in_a_row >= limit:
+            raise TrainingStopped(
+                f"stopped at iteration {iteration}: {self.skipped_in_a_row} optimizer updates in a row had "
+                "a non-finite loss or gradient (skipped, the model is unchanged since); the last "
+                "checkpoint is intact: lower optim.lr or check the reward, then --resume")
 
     def trained_state(self) -> dict[str, torch.Tensor]:
         """What a checkpoint keeps of the model: the LoRA, or every weight when fully fine-tuned
@@ -255,6 +275,7 @@ class Trainer:
         else:
             self.policy.transformer.load_state_dict(lora, strict=True)
         load_optimizer_state(self.policy.transformer, self.optimizer, optimizer)
+        self.skipped_in_a_row = int(state.get("skipped_in_a_row", 0))
         ema = float(state.get("clip_ema", -1.0))
         self.spread.ema = None if ema < 0 else ema
         if "torch_rng" in state:
@@ -339,10 +360,13 @@ class Trainer:
                                        c.max_batch, reference=reference, forwards=chunk,
                                        scale=updates, grad_sync=self.grad_sync)
             norm = torch.nn.utils.clip_grad_norm_(self.params, c.optim.grad_clip)
-            if torch.isfinite(norm) and math.isfinite(stats.loss):
+            bad = not (torch.isfinite(norm) and math.isfinite(stats.loss))
+            if reduce_max(float(bad), self.dist) == 0.0:  # every rank skips together
                 self.optimizer.step()
+                self.skipped_in_a_row = 0
             else:
                 skipped += 1
+                self.skipped_in_a_row += 1
             self.optimizer.zero_grad(set_to_none=True)
             if k > 0:
                 self.spread.update(c, gather(stats.ratios, self.dist))

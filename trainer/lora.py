@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from .atomic import atomic_save_safetensors
+from .atomic import atomic_save_safetensors, one_line
 
 COMFYUI_FILE = "comfyui_lora.safetensors"
 DIFFUSERS_FILE = "pytorch_lora_weights.safetensors"
@@ -223,5 +223,29 @@ def load_diffusers_lora(transformer: nn.Module, path: str | os.PathLike[str]) ->
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"LoRA file not found: {path}")
-    state, metadata = FluxPipeline.lora_state_dict(str(path), return_lora_metadata=True)
+    try:
+        state, metadata = FluxPipeline.lora_state_dict(str(path), return_lora_metadata=True)
+    except (ValueError, KeyError, RuntimeError, OSError) as err:
+        raise ValueError(f"{path} is not a LoRA this model reads: {one_line(err)}") from None
+    check_lora_fits(transformer, {k.removeprefix("transformer."): v for k, v in state.items()}, path)
     transformer.load_lora_adapter(state, prefix="transformer", metadata=metadata)
+
+
+def check_lora_fits(transformer: nn.Module, state: Mapping[str, Tensor],
+                    path: str | os.PathLike[str]) -> None:
+    """Every LoRA module is a linear layer of ``transformer`` with matching sizes; else one line
+    (diffusers would print a page of missing keys and raise deep inside peft)."""
+    linears = {name: m for name, m in transformer.named_modules() if isinstance(m, nn.Linear)}
+    for key, value in state.items():
+        module, _, part = key.rpartition(".lora_")
+        if not module:
+            raise ValueError(f"{path}: {key!r} is not a LoRA weight (<module>.lora_A/lora_B.weight)")
+        layer = linears.get(module)
+        if layer is None:
+            raise ValueError(f"{path} does not fit this model: it has no linear layer {module!r} "
+                             "(a LoRA for another model?)")
+        size = layer.in_features if part.startswith("A") else layer.out_features
+        axis = 1 if part.startswith("A") else 0
+        if value.dim() != 2 or value.shape[axis] != size:
+            raise ValueError(f"{path} does not fit this model: {key!r} has shape {tuple(value.shape)}, "
+                             f"the layer takes {size} {'inputs' if axis else 'outputs'}")

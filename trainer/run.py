@@ -93,6 +93,7 @@ def _run(config: TrainConfig, run_dir: Path, resume: bool, progress: bool, d: Di
             if metrics is not None:
                 metrics.append(row)
             board.log(it + 1, finite_numbers(row))
+            trainer.check_progress(it + 1)  # too many non-finite updates in a row: stop here
             if (it + 1) % config.checkpoint_every == 0 or last:
                 checkpoint(trainer, run_dir, it + 1, wall)
             bar.update(1)

@@ -66,6 +66,7 @@ def train_steps(policy: Policy, config: TrainConfig, count: int, previous: Train
         for it in range(start, start + count):
             row = trainer.step(it)
             history.append(_history_row(row))
+            trainer.check_progress(it + 1)
             if on_iteration is not None:
                 on_iteration(it - start + 1, row)
         trainer.policy.eval()

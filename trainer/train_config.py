@@ -92,6 +92,9 @@ class OptimConfig:
     ``schedule``: the learning rate of iteration ``i`` of ``iterations`` is ``lr`` (``constant``) or
     ``lr`` times a cosine from 1 down to ``min_lr_ratio`` (``cosine``), after ``warmup`` iterations
     of linear warm-up; it is a function of the iteration alone, so a resumed run gets the same rates.
+    An update whose loss or gradient is not finite is skipped (counted in ``skipped_updates``);
+    ``max_skipped_in_a_row`` such updates in a row stop the run with its last checkpoint intact
+    (0: never stop).
     """
 
     lr: float = 1.7e-3
@@ -103,6 +106,7 @@ class OptimConfig:
     schedule: Literal["constant", "cosine"] = "constant"
     warmup: int = 0
     min_lr_ratio: float = 0.0
+    max_skipped_in_a_row: int = 8
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
@@ -115,6 +119,8 @@ class OptimConfig:
             raise ValueError(f"schedule must be 'constant' or 'cosine', got {self.schedule!r}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if self.max_skipped_in_a_row < 0:
+            raise ValueError(f"max_skipped_in_a_row must be >= 0, got {self.max_skipped_in_a_row}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
 

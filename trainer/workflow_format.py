@@ -207,7 +207,17 @@ def _ui_links(workflow: dict) -> dict[int, tuple[int, int]]:
 
 def ui_to_api(workflow: dict, definitions: Definitions) -> dict[str, dict]:
     """The API-format prompt of a web UI workflow, as the UI would queue it: notes dropped,
-    reroutes and bypassed nodes followed through, muted nodes and their links left out."""
+    reroutes and bypassed nodes followed through, muted nodes and their links left out. A file
+    whose nodes or links lack a field, or hold the wrong kind of value, is a one-line ValueError."""
+    try:
+        return _ui_to_api(workflow, definitions)
+    except (KeyError, IndexError, TypeError, AttributeError) as err:
+        detail = f"missing field {err}" if isinstance(err, KeyError) else str(err).split("\n")[0][:120]
+        raise ValueError(f"malformed UI workflow: a node or link is not as the web UI writes it "
+                         f"({type(err).__name__}: {detail})") from None
+
+
+def _ui_to_api(workflow: dict, definitions: Definitions) -> dict[str, dict]:
     if workflow.get("definitions", {}).get("subgraphs"):
         raise ValueError("workflows with subgraphs are not supported here: convert them in the web UI "
                          "(Workflow > Export (API))")

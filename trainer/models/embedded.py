@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..atomic import atomic_write_text
 from ..embedded.architecture import (
     EMBEDDED_SPEC,
     MAX_TOKENS,
@@ -81,7 +82,7 @@ def _drop_source_path(config: Path) -> None:
     """Remove ``_name_or_path`` (where the weights were loaded from) from a saved config."""
     data = json.loads(config.read_text())
     if data.pop("_name_or_path", None) is not None:
-        config.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(config, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 class EmbeddedPolicy(nn.Module):
@@ -166,7 +167,7 @@ class EmbeddedPolicy(nn.Module):
         self.transformer.save_pretrained(root / "transformer", safe_serialization=True)
         self.text_encoder.save_pretrained(root / "text_encoder", safe_serialization=True)
         self.tokenizer.save_pretrained(root / "tokenizer")
-        (root / "embedded.json").write_text(json.dumps(self.spec, indent=2) + "\n")
+        atomic_write_text(root / "embedded.json", json.dumps(self.spec, indent=2) + "\n")
         for config in (root / "transformer" / "config.json", root / "text_encoder" / "config.json"):
             _drop_source_path(config)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..atomic import one_line
+from ..atomic import atomic_write_text, one_line
 
 # ViT-H-14 (HPS v2/v2.1, PickScore): 1280-wide image tower with 80-wide heads, 1024-wide text tower with
 # 64-wide heads, exact GELU. Head counts are the one thing the tensor shapes do not say.
@@ -239,6 +239,6 @@ def read_openai_bpe_gz(path: Path) -> tuple[dict[str, int], list[tuple[str, str]
 def write_tokenizer_files(vocab: dict[str, int], merges: list[tuple[str, str]], folder: Path) -> None:
     """Write ``vocab.json`` + ``merges.txt`` in the layout ``CLIPTokenizer.from_pretrained`` reads."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    atomic_write_text(folder / "vocab.json", json.dumps(vocab, ensure_ascii=False))
     lines = ["#version: 0.2", *(f"{a} {b}" for a, b in merges)]
-    (folder / "merges.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(folder / "merges.txt", "\n".join(lines) + "\n")

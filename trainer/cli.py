@@ -123,6 +123,34 @@ def _run_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmarks: the strategies side by side on the embedded default")
+    kinds = p.add_subparsers(dest="bench", required=True)
+    c = kinds.add_parser("compare", help="train every strategy on the same training-time budget")
+    c.add_argument("config", nargs="?", default=None, help="YAML config (default: configs/default.yaml's)")
+    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    c.add_argument("--budget-seconds", type=float, required=True,
+                   help="training seconds per strategy and seed")
+    c.add_argument("--seeds", type=int, default=1, help="seeds per strategy (default %(default)s)")
+    c.add_argument("--eval-every", type=int, default=4, help="iterations between held-out evaluations")
+    c.add_argument("--out", type=Path, default=Path("runs/bench"),
+                   help="folder for bench.json and the plot")
+    c.set_defaults(func=_run_bench_compare)
+
+
+def _run_bench_compare(args: argparse.Namespace) -> int:
+    from .bench import BASELINES, compare, format_rows
+    from .config_io import load_config
+    from .train_config import TrainConfig
+
+    config = load_config(TrainConfig, args.config, args.overrides)
+    rows = compare(config, args.budget_seconds, args.seeds, args.out, args.eval_every)
+    finals = [r["final_eval_reward"] for r in rows if r["strategy"] in BASELINES]
+    print(format_rows(rows, max(finals) if finals else None))
+    print(f"written: {args.out / 'bench.json'}, {args.out / 'reward_vs_time.png'}")
+    return 0
+
+
 def _add_run_workflow(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run-workflow", help="run a ComfyUI workflow (API or UI JSON) headless, here",
                        description="Load ComfyUI (its built-in nodes and this pack, from this checkout), "
@@ -166,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sample(sub)
     _add_score(sub)
     _add_run_workflow(sub)
+    _add_bench(sub)
     return parser
 
 

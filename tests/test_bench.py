@@ -55,3 +55,29 @@ def test_bench_compare_writes_rows_and_plot(tmp_path: Path, capsys: pytest.Captu
     printed = capsys.readouterr().out
     assert printed.splitlines()[0].startswith("strategy")
     assert "best baseline's final held-out reward" in printed
+
+
+def test_ablate_trains_each_variant_and_compares_with_the_default(tmp_path: Path) -> None:
+    from trainer.bench_ablate import VARIANTS, Variant, ablate, format_ablation
+
+    knobs = {v.knob for v in VARIANTS}
+    assert {"noise growth beta", "depth and branching", "LayerTuning weight lambda", "reward sensitivity eta",
+            "dynamic clipping", "node value", "PRM target"} <= knobs
+    chosen = (Variant("default", ()), Variant("node value", ("loss.node_value=mean",)))
+    rows = ablate(None, SMALL, 1.0, 1, tmp_path, eval_every=2, variants=chosen)
+    assert [r["variant"] for r in rows] == ["default", "loss.node_value=mean"]
+    assert rows[0]["vs_default"] == 0.0 and rows[1]["iterations"] >= 1
+    assert json.loads((tmp_path / "ablate.json").read_text()) == rows
+    assert format_ablation(rows).splitlines()[0].startswith("knob")
+
+
+def test_sampler_measures_overhead_and_memory_at_16_and_64_leaves(tmp_path: Path) -> None:
+    from trainer.bench_sampler import format_sampler, sampler
+
+    result = sampler(None, ["lora.rank=4"], tmp_path)
+    o = result["overhead"]
+    assert o["leaves"] == 16 and 0 < o["model_s"] < o["rollout_s"]
+    assert abs(o["overhead_s"] - (o["rollout_s"] - o["model_s"])) < 1e-9
+    assert [m["leaves"] for m in result["memory"]] == [16, 64]
+    assert all(m["peak_above_start_mb"] >= 0 and m["held_before_mb"] > 0 for m in result["memory"])
+    assert "sampler overhead" in format_sampler(result)

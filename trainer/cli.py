@@ -123,19 +123,30 @@ def _run_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_parser(kinds: argparse._SubParsersAction, name: str, help_text: str, out: str,
+                  budget: bool) -> argparse.ArgumentParser:
+    """A ``bench`` subcommand with the trainer's config arguments (and a training budget)."""
+    p = kinds.add_parser(name, help=help_text)
+    p.add_argument("config", nargs="?", default=None, help="YAML config (default: configs/default.yaml's)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--out", type=Path, default=Path(out), help="folder for the results (default %(default)s)")
+    if budget:
+        p.add_argument("--budget-seconds", type=float, required=True,
+                       help="training seconds per run (per strategy or variant, and seed)")
+        p.add_argument("--seeds", type=int, default=1, help="seeds per run (default %(default)s)")
+        p.add_argument("--eval-every", type=int, default=4, help="iterations between held-out evaluations")
+    return p
+
+
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks: the strategies side by side on the embedded default")
     kinds = p.add_subparsers(dest="bench", required=True)
-    c = kinds.add_parser("compare", help="train every strategy on the same training-time budget")
-    c.add_argument("config", nargs="?", default=None, help="YAML config (default: configs/default.yaml's)")
-    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    c.add_argument("--budget-seconds", type=float, required=True,
-                   help="training seconds per strategy and seed")
-    c.add_argument("--seeds", type=int, default=1, help="seeds per strategy (default %(default)s)")
-    c.add_argument("--eval-every", type=int, default=4, help="iterations between held-out evaluations")
-    c.add_argument("--out", type=Path, default=Path("runs/bench"),
-                   help="folder for bench.json and the plot")
-    c.set_defaults(func=_run_bench_compare)
+    _bench_parser(kinds, "compare", "train every strategy on the same training-time budget",
+                  "runs/bench", True).set_defaults(func=_run_bench_compare)
+    _bench_parser(kinds, "ablate", "the paper's knobs one at a time, each on the same budget",
+                  "runs/ablate", True).set_defaults(func=_run_bench_ablate)
+    _bench_parser(kinds, "sampler", "tree sampler overhead and training memory at 16 and 64 leaves",
+                  "runs/sampler", False).set_defaults(func=_run_bench_sampler)
 
 
 def _run_bench_compare(args: argparse.Namespace) -> int:
@@ -148,6 +159,23 @@ def _run_bench_compare(args: argparse.Namespace) -> int:
     finals = [r["final_eval_reward"] for r in rows if r["strategy"] in BASELINES]
     print(format_rows(rows, max(finals) if finals else None))
     print(f"written: {args.out / 'bench.json'}, {args.out / 'reward_vs_time.png'}")
+    return 0
+
+
+def _run_bench_ablate(args: argparse.Namespace) -> int:
+    from .bench_ablate import ablate, format_ablation
+
+    rows = ablate(args.config, args.overrides, args.budget_seconds, args.seeds, args.out, args.eval_every)
+    print(format_ablation(rows))
+    print(f"written: {args.out / 'ablate.json'}")
+    return 0
+
+
+def _run_bench_sampler(args: argparse.Namespace) -> int:
+    from .bench_sampler import format_sampler, sampler
+
+    print(format_sampler(sampler(args.config, args.overrides, args.out)))
+    print(f"written: {args.out / 'sampler.json'}")
     return 0
 
 

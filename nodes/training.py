@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..trainer.atomic import atomic_save_safetensors
 from ..trainer.config_io import load_config
 from ..trainer.loop import check_plan
 from ..trainer.lora import (
     COMFYUI_PREFIX,
     comfyui_state,
     save_comfyui_lora,
+    save_comfyui_state,
     save_diffusers_lora,
     save_diffusers_state,
 )
@@ -219,9 +219,7 @@ def save_native_lora(path: Path, run: TrainingState, format: str) -> Path:
     diffusers module names (fused layers split exactly)."""
     alpha, rank = run.config.lora.alpha, run.config.lora.rank
     if format == "comfyui":
-        atomic_save_safetensors(comfyui_state(run.lora, alpha, COMFYUI_PREFIX), path,
-                                metadata={"format": "pt", "lora_rank": str(rank), "lora_alpha": str(alpha)})
-        return path
+        return save_comfyui_state(path, run.lora, rank, alpha)
     if format == "kohya":
         return save_kohya_file(path, run.lora, alpha=alpha, kind="native")
     return save_diffusers_state(path, *native_to_diffusers(run.lora, alpha, run.policy.family))

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import atomic_write_text
-from .loop import Trainer
+from .flow import make_sigmas
+from .loop import Trainer, iteration_plan
 from .train_config import TrainConfig
 
 STRATEGIES = ("dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo")
@@ -45,9 +46,6 @@ class Curve:
 
 def check_same_images(config: TrainConfig) -> int:
     """Leaves per prompt of every strategy; different counts would not be a fair comparison."""
-    from .flow import make_sigmas
-    from .loop import iteration_plan
-
     counts = {}
     for strategy in STRATEGIES:
         trial = replace(config, strategy=strategy)

@@ -88,18 +88,11 @@ def shard(count: int, d: Dist) -> slice:
 
 
 def gather(values: Tensor, d: Dist) -> Tensor:
-    """Every rank's ``values`` (same shape on each), concatenated in rank order."""
+    """Every rank's ``values`` concatenated in rank order. Each rank holds the same number (equal
+    prompt shards, chunks dealt per prompt and layer); a mismatch is an error, not padding."""
     if not d.enabled:
         return values
     local = values.detach().float().cpu().contiguous()
-    sizes = [torch.zeros(1, dtype=torch.long) for _ in range(d.world_size)]
-    dist.all_gather(sizes, torch.tensor([local.numel()]))
-    if len({int(s) for s in sizes}) != 1:  # pad to the longest, then cut each rank's part out
-        longest = max(int(s) for s in sizes)
-        padded = torch.cat([local.flatten(), torch.zeros(longest - local.numel())])
-        parts = [torch.zeros(longest) for _ in range(d.world_size)]
-        dist.all_gather(parts, padded)
-        return torch.cat([p[: int(s)] for p, s in zip(parts, sizes, strict=True)])
     parts = [torch.zeros_like(local) for _ in range(d.world_size)]
     dist.all_gather(parts, local)
     return torch.cat(parts)

@@ -156,9 +156,15 @@ def from_comfyui_state(state: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], 
 def save_comfyui_lora(path: str | os.PathLike[str], transformer: nn.Module,
                       prefix: str = COMFYUI_PREFIX) -> Path:
     """The adapter in ComfyUI keys with ``.alpha`` tensors, written atomically to ``path``."""
-    path = Path(path)
     rank, alpha = lora_scale(transformer)
-    atomic_save_safetensors(comfyui_state(lora_state_dict(transformer), alpha, prefix), path,
+    return save_comfyui_state(path, lora_state_dict(transformer), rank, alpha, prefix)
+
+
+def save_comfyui_state(path: str | os.PathLike[str], state: Mapping[str, Tensor], rank: int, alpha: float,
+                       prefix: str = COMFYUI_PREFIX) -> Path:
+    """A peft LoRA state in ComfyUI keys with ``.alpha`` tensors, written atomically to ``path``."""
+    path = Path(path)
+    atomic_save_safetensors(comfyui_state(state, alpha, prefix), path,
                             metadata={"format": "pt", "lora_rank": str(rank), "lora_alpha": str(alpha)})
     return path
 

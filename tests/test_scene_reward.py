@@ -178,7 +178,14 @@ def test_wrong_region_gets_partial_credit() -> None:
         worst.append(render(_all_wrong(s, rng)))
     g, b, w = (_score(x, prompts) for x in (good, bad, worst))
     assert (g["reward"] > b["reward"] + 0.05).all() and (b["reward"] > w["reward"] + 0.05).all()
-    assert (b["position"] < 0.1).all() and (b["shape"] > 0.9).all() and b["exact"].max() == 0
+    assert b["exact"].max() == 0
+    # Where the two groups differ in colour, the wrong side is the only reading of the image. Where
+    # they share it, "circle on the wrong side" and "wrong shape on the right side" cost the same
+    # (a region weighs as much as a shape), so only the sum of the two credits is pinned.
+    apart = torch.tensor([len({gr.colour for gr in s.groups}) == 2 for s in specs])
+    assert apart.sum() >= 30
+    assert (b["position"][apart] < 0.1).all() and (b["shape"][apart] > 0.9).all()
+    assert (b["position"][~apart] + b["shape"][~apart] < 1.75).all()
 
 
 def test_extra_objects_are_penalised() -> None:

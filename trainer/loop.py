@@ -54,7 +54,8 @@ from .tree import RolloutPlan, rollout
 
 COLUMNS = (
     "iteration", "strategy", "window_start", "reward_mean", "reward_std", "reward_max",
-    "exact_mean", "eval_reward", "eval_exact", "drift", "loss", "grpo_loss", "prm_loss", "kl",
+    "exact_mean", "eval_reward", "eval_exact", "eval_colour", "eval_shape", "eval_position",
+    "eval_count", "drift", "loss", "grpo_loss", "prm_loss", "kl",
     "clip_frac", "clip_scale", "ratio_dev_max", "grad_norm", "skipped_updates", "lr", "nfe_rollout",
     "nfe_train", "scored_images", "iteration_s", "wall_s",
 )

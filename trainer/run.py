@@ -26,7 +26,8 @@ from .logs import (
 from .loop import COLUMNS, SAMPLE_PAIRS, Trainer, checkpoint, resume_point, save_resolved_config
 from .train_config import TrainConfig
 
-SUMMARY_KEYS = ("eval_reward", "eval_exact", "drift")
+SUMMARY_KEYS = ("eval_reward", "eval_exact", "eval_colour", "eval_shape", "eval_position",
+                "eval_count", "drift")
 
 
 def resolve_config(config_path: str | None, overrides: list[str], run_dir: Path,
@@ -139,5 +140,5 @@ def format_summary(summary: dict[str, Any]) -> str:
     for key in SUMMARY_KEYS:
         if key in summary:
             v = summary[key]
-            lines.append(f"  {key:<12} base {v['base']:.4f} -> final {v['final']:.4f} ({v['delta']:+.4f})")
+            lines.append(f"  {key:<13} base {v['base']:.4f} -> final {v['final']:.4f} ({v['delta']:+.4f})")
     return "\n".join(lines)

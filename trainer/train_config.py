@@ -208,7 +208,7 @@ class TrainConfig:
     weights path of each model reward, by name.
     """
 
-    iterations: int = 32
+    iterations: int = 40
     checkpoint_every: int = 8
     seed: int = 0
     threads: int = 2

@@ -20,10 +20,13 @@ import numpy as np
 import torch
 
 from ..models.embedded import EmbeddedPolicy
+from .captions import EXACT, CaptionNoise, noisy_batch
 from .scenes import sample_batch
 
 DEFAULT_STEPS = 1500
 DEFAULT_REFINE_STEPS = 1500
+DEFAULT_NOISY_STEPS = 2000
+DEFAULT_NOISY_LR = 5e-4
 
 
 def lr_at(step: int, steps: int, lr: float, warmup: int, cooldown: float) -> float:
@@ -68,7 +71,7 @@ def _save_ema(policy: EmbeddedPolicy, ema: dict[str, torch.Tensor], folder: Path
 
 def train_stage(policy: EmbeddedPolicy, steps: int, seed: int, stage: int, batch: int, lr: float,
                 warmup: int, cooldown: float, ema_decay: float, snapshots: Path | None = None,
-                snapshot_every: int = 0) -> dict[str, torch.Tensor]:
+                snapshot_every: int = 0, noise: CaptionNoise = EXACT) -> dict[str, torch.Tensor]:
     """One stage of pretraining from the policy's current weights; returns the EMA weights.
 
     Each stage has its own optimizer, schedule and random streams seeded by ``(seed, stage)``,
@@ -82,7 +85,10 @@ def train_stage(policy: EmbeddedPolicy, steps: int, seed: int, stage: int, batch
     for step in range(steps):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, steps, lr, warmup, cooldown)
-        images, prompts = sample_batch(batch, rng)
+        if noise == EXACT:
+            images, prompts = sample_batch(batch, rng)
+        else:
+            images, prompts, _ = noisy_batch(batch, rng, noise)
         loss = train_step(policy, optimizer, images, prompts, gen)
         ema_update(ema, policy.transformer, min(ema_decay, (step + 1) / (step + 10)))
         running = loss if running is None else 0.98 * running + 0.02 * loss
@@ -97,24 +103,39 @@ def train_stage(policy: EmbeddedPolicy, steps: int, seed: int, stage: int, batch
 def pretrain(out: Path, steps: int = DEFAULT_STEPS, refine_steps: int = DEFAULT_REFINE_STEPS,
              seed: int = 0, batch: int = 64, lr: float = 1e-3, refine_lr: float = 5e-4,
              warmup: int = 100, cooldown: float = 1 / 3, ema_decay: float = 0.995,
-             snapshot_every: int = 0, init: Path | None = None) -> EmbeddedPolicy:
-    """Stage 1 from scratch, then stage 2 (a warm restart at ``refine_lr``) from stage 1's EMA
-    weights; saves the final EMA weights to ``out``. ``init`` skips stage 1 and starts stage 2
-    from a folder holding stage 1's output (the same result, minus stage 1's time)."""
+             snapshot_every: int = 0, init: Path | None = None, from_stage: int = 2,
+             noisy_steps: int = DEFAULT_NOISY_STEPS, noisy_lr: float = DEFAULT_NOISY_LR,
+             noise: CaptionNoise | None = None) -> EmbeddedPolicy:
+    """Three stages, each from the previous one's EMA weights; saves the final EMA weights to ``out``.
+
+    1. from scratch on exact captions at ``lr`` (learns to draw);
+    2. a warm restart on exact captions at ``refine_lr`` (draws cleaner);
+    3. a warm restart on web-like noisy captions (``captions.CaptionNoise``, default rates) at
+       ``noisy_lr``: the model unlearns following count, colour-binding and region words while it
+       keeps drawing, which is the systematic error reinforcement learning then fixes.
+
+    ``init`` skips the stages before ``from_stage`` and starts from a folder holding the output of
+    stage ``from_stage - 1`` (the same result, minus their time).
+    """
+    noise = CaptionNoise() if noise is None else noise
     snapshots = out if snapshot_every else None
+    stages = [(1, steps, lr, EXACT), (2, refine_steps, refine_lr, EXACT),
+              (3, noisy_steps, noisy_lr, noise)]
     if init is None:
         policy = EmbeddedPolicy.from_scratch(seed)
-        ema = train_stage(policy, steps, seed, 1, batch, lr, warmup, cooldown, ema_decay,
-                          snapshots, snapshot_every)
+        from_stage = 1
+    else:
+        if not 2 <= from_stage <= 3:
+            raise ValueError(f"--from-stage {from_stage}: with --init, start at stage 2 or 3")
+        policy = EmbeddedPolicy.from_pretrained(init)
+    for stage, stage_steps, stage_lr, stage_noise in stages[from_stage - 1:]:
+        if stage_steps <= 0:
+            continue
+        ema = train_stage(policy, stage_steps, seed, stage, batch, stage_lr, warmup, cooldown,
+                          ema_decay, snapshots, snapshot_every, stage_noise)
         _load_ema(policy, ema)
         if snapshots is not None:
-            policy.save_pretrained(out / "stage1")
-    else:
-        policy = EmbeddedPolicy.from_pretrained(init)
-    if refine_steps > 0:
-        ema = train_stage(policy, refine_steps, seed, 2, batch, refine_lr, warmup, cooldown,
-                          ema_decay, snapshots, snapshot_every)
-        _load_ema(policy, ema)
+            policy.save_pretrained(out / f"stage{stage}")
     policy.save_pretrained(out)
     return policy
 
@@ -130,8 +151,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="stage 1 steps")
     parser.add_argument("--refine-steps", type=int, default=DEFAULT_REFINE_STEPS, help="stage 2 steps")
     parser.add_argument("--refine-lr", type=float, default=5e-4)
+    parser.add_argument("--noisy-steps", type=int, default=DEFAULT_NOISY_STEPS,
+                        help="stage 3 steps (noisy captions)")
+    parser.add_argument("--noisy-lr", type=float, default=DEFAULT_NOISY_LR)
+    parser.add_argument("--count-noise", type=float, default=CaptionNoise.count,
+                        help="stage 3: probability a count word is flipped")
+    parser.add_argument("--binding-noise", type=float, default=CaptionNoise.binding,
+                        help="stage 3: probability the groups' colours are permuted")
+    parser.add_argument("--region-noise", type=float, default=CaptionNoise.region,
+                        help="stage 3: probability the region words are swapped")
     parser.add_argument("--init", type=Path, default=None,
-                        help="start stage 2 from this stage-1 output folder instead of training stage 1")
+                        help="start at --from-stage from this folder (the previous stage's output)")
+    parser.add_argument("--from-stage", type=int, default=2, choices=(2, 3))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
@@ -143,7 +174,9 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     pretrain(args.out, args.steps, args.refine_steps, args.seed, args.batch, args.lr, args.refine_lr,
              cooldown=args.cooldown, ema_decay=args.ema_decay, snapshot_every=args.snapshot_every,
-             init=args.init)
+             init=args.init, from_stage=args.from_stage, noisy_steps=args.noisy_steps,
+             noisy_lr=args.noisy_lr,
+             noise=CaptionNoise(args.count_noise, args.binding_noise, args.region_noise))
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ FIT_SIZE_STEPS = np.asarray([0.88, 0.94, 1.0, 1.06, 1.12])  # around the area-ma
 SHAPE_IOU = (0.6, 0.9)  # shape credit ramps from 0 to 1 between these (margin-adjusted) IoUs
 OBJECT_IOU = (0.5, 0.85)  # "looks like any of our shapes" ramp, gates half the colour credit
 REGION_RAMP = 4.0  # px around the midline over which region credit goes 1 -> 0
-W_COLOUR, W_SHAPE, W_REGION = 1.0, 1.0, 0.5
+W_COLOUR, W_SHAPE, W_REGION = 1.0, 1.0, 1.0  # a wrong side costs as much as a wrong colour
 WRONG_COLOUR_FACTOR = 0.5  # shape/region credit kept when the blob has another colour
 BG_WEIGHT = 0.2  # reward = objects * (1 - BG_WEIGHT + BG_WEIGHT * background)
 MAX_CANDIDATES = 8  # blobs per image considered for matching (largest first)

@@ -2,12 +2,14 @@
 
     python -m trainer.embedded.pretrain --out trainer/embedded/weights
 
-Data: unlimited procedurally generated scenes (``scenes.sample_batch``). Objective: x0-prediction
-MSE at ``s ~ U(0, 1)`` on ``x_s = (1 - s) x0 + s eps``. AdamW with a linear warm-up, a constant
-phase and a linear cool-down over the last ``cooldown`` fraction of the steps; the saved weights
-are an exponential moving average (EMA) of the trained ones, which samples far cleaner. The
-shipped weights stop early on purpose: the base must be competent but imperfect, so that RL has
-room to improve it.
+Data: unlimited procedurally generated scenes (``scenes.sample_batch``), captioned exactly in
+stages 1 and 2 and with web-like noise in stage 3 (``captions.noisy_batch``: count, colour-binding
+and region words flipped at rate 0.5, so the model learns to draw but not to follow them).
+Objective: x0-prediction MSE at ``s ~ U(0, 1)`` on ``x_s = (1 - s) x0 + s eps``. AdamW with a
+linear warm-up, a constant phase and a linear cool-down over the last ``cooldown`` fraction of the
+steps; each stage saves an exponential moving average (EMA) of its weights, which samples far
+cleaner. The shipped weights are competent but compose badly on purpose, so that RL has
+systematic errors to fix (trainer/embedded/MODEL_CARD.md).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .scenes import IMAGE_SIZE, SceneSpec, layout, render, sample_spec, spec_to_prompt
+from .scenes import Captioner, SceneSpec, sample_batch, spec_to_prompt
 
 _OTHER_COUNT = {1: 2, 2: 1}
 
@@ -53,6 +53,7 @@ class CaptionNoise:
 
 
 EXACT = CaptionNoise(0.0, 0.0, 0.0)
+WEB_LIKE = CaptionNoise()  # the documented default rates of the shipped base
 
 
 def _recoloured(spec: SceneSpec, colours: list[str]) -> SceneSpec:
@@ -103,15 +104,27 @@ def corrupt(spec: SceneSpec, rng: np.random.Generator, noise: CaptionNoise) -> S
     return out
 
 
+def captioner(noise: CaptionNoise) -> Captioner | None:
+    """The ``scenes.sample_batch`` captioner for ``noise``; None (exact captions, no random draws)
+    when every rate is 0."""
+    if noise == EXACT:
+        return None
+
+    def caption(spec: SceneSpec, rng: np.random.Generator) -> str:
+        return spec_to_prompt(corrupt(spec, rng, noise))
+
+    return caption
+
+
 def noisy_batch(n: int, rng: np.random.Generator, noise: CaptionNoise
                 ) -> tuple[np.ndarray, list[str], list[SceneSpec]]:
     """n pretraining pairs: renders of true scenes, their noisy captions, and the true specs."""
-    images = np.empty((n, 3, IMAGE_SIZE, IMAGE_SIZE), dtype=np.float32)
-    prompts: list[str] = []
     specs: list[SceneSpec] = []
-    for i in range(n):
-        spec = sample_spec(rng)
-        images[i] = render(layout(spec, rng))
-        prompts.append(spec_to_prompt(corrupt(spec, rng, noise)))
+    noisy = captioner(noise)
+
+    def caption(spec: SceneSpec, rng: np.random.Generator) -> str:
         specs.append(spec)
+        return spec_to_prompt(spec) if noisy is None else noisy(spec, rng)
+
+    images, prompts = sample_batch(n, rng, caption)
     return images, prompts, specs

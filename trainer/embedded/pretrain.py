@@ -3,7 +3,7 @@
     python -m trainer.embedded.pretrain --out trainer/embedded/weights
 
 Data: unlimited procedurally generated scenes (``scenes.sample_batch``), captioned exactly in
-stages 1 and 2 and with web-like noise in stage 3 (``captions.noisy_batch``: count, colour-binding
+stages 1 and 2 and with web-like noise in stage 3 (``captions.captioner``: count, colour-binding
 and region words flipped at rate 0.5, so the model learns to draw but not to follow them).
 Objective: x0-prediction MSE at ``s ~ U(0, 1)`` on ``x_s = (1 - s) x0 + s eps``. AdamW with a
 linear warm-up, a constant phase and a linear cool-down over the last ``cooldown`` fraction of the
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..models.embedded import EmbeddedPolicy
-from .captions import EXACT, CaptionNoise, noisy_batch
+from .captions import EXACT, WEB_LIKE, CaptionNoise, captioner
 from .scenes import sample_batch
 
 DEFAULT_STEPS = 1500
@@ -82,15 +82,13 @@ def train_stage(policy: EmbeddedPolicy, steps: int, seed: int, stage: int, batch
     rng = np.random.default_rng(seed if stage == 1 else [seed, stage])
     gen = torch.Generator().manual_seed(seed if stage == 1 else seed * 1000 + stage)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=lr, weight_decay=0.01)
+    caption = captioner(noise)
     ema = {k: v.detach().clone() for k, v in policy.transformer.named_parameters()}
     start, running = time.time(), None
     for step in range(steps):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, steps, lr, warmup, cooldown)
-        if noise == EXACT:
-            images, prompts = sample_batch(batch, rng)
-        else:
-            images, prompts, _ = noisy_batch(batch, rng, noise)
+        images, prompts = sample_batch(batch, rng, caption)
         loss = train_step(policy, optimizer, images, prompts, gen)
         ema_update(ema, policy.transformer, min(ema_decay, (step + 1) / (step + 10)))
         running = loss if running is None else 0.98 * running + 0.02 * loss
@@ -107,7 +105,7 @@ def pretrain(out: Path, steps: int = DEFAULT_STEPS, refine_steps: int = DEFAULT_
              warmup: int = 100, cooldown: float = 1 / 3, ema_decay: float = 0.995,
              snapshot_every: int = 0, init: Path | None = None, from_stage: int = 2,
              noisy_steps: int = DEFAULT_NOISY_STEPS, noisy_lr: float = DEFAULT_NOISY_LR,
-             noise: CaptionNoise | None = None) -> EmbeddedPolicy:
+             noise: CaptionNoise = WEB_LIKE) -> EmbeddedPolicy:
     """Three stages, each from the previous one's EMA weights; saves the final EMA weights to ``out``.
 
     1. from scratch on exact captions at ``lr`` (learns to draw);
@@ -119,7 +117,6 @@ def pretrain(out: Path, steps: int = DEFAULT_STEPS, refine_steps: int = DEFAULT_
     ``init`` skips the stages before ``from_stage`` and starts from a folder holding the output of
     stage ``from_stage - 1`` (the same result, minus their time).
     """
-    noise = CaptionNoise() if noise is None else noise
     snapshots = out if snapshot_every else None
     stages = [(1, steps, lr, EXACT), (2, refine_steps, refine_lr, EXACT),
               (3, noisy_steps, noisy_lr, noise)]

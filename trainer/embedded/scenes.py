@@ -12,6 +12,7 @@ is sampled at its centre (x = j + 0.5, y = i + 0.5); y grows downwards.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -372,17 +373,23 @@ def render(placed: list[Placed], size: int = IMAGE_SIZE) -> np.ndarray:
     return img
 
 
-def sample_scene(rng: np.random.Generator) -> tuple[np.ndarray, str]:
-    """One random (image [3, 64, 64], prompt) pair."""
+Captioner = Callable[[SceneSpec, np.random.Generator], str]
+
+
+def sample_scene(rng: np.random.Generator, caption: Captioner | None = None) -> tuple[np.ndarray, str]:
+    """One random (image [3, 64, 64], prompt) pair; ``caption`` (drawn after the layout, from the
+    same generator) replaces the exact prompt, e.g. with pretraining caption noise."""
     spec = sample_spec(rng)
-    return render(layout(spec, rng)), spec_to_prompt(spec)
+    image = render(layout(spec, rng))
+    return image, spec_to_prompt(spec) if caption is None else caption(spec, rng)
 
 
-def sample_batch(n: int, rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
-    """n random scenes: images float32 [n, 3, 64, 64] and their prompts."""
+def sample_batch(n: int, rng: np.random.Generator, caption: Captioner | None = None
+                 ) -> tuple[np.ndarray, list[str]]:
+    """n random scenes: images float32 [n, 3, 64, 64] and their prompts (see ``sample_scene``)."""
     images = np.empty((n, 3, IMAGE_SIZE, IMAGE_SIZE), dtype=np.float32)
     prompts: list[str] = []
     for i in range(n):
-        images[i], prompt = sample_scene(rng)
+        images[i], prompt = sample_scene(rng, caption)
         prompts.append(prompt)
     return images, prompts

@@ -31,7 +31,7 @@ test: venv comfyui
 	$(PY) -m pytest
 
 demo: venv
-	$(PY) -m trainer train configs/default.yaml --out runs/demo --resume
+	$(PY) -m dynamic_treerpo.trainer train configs/default.yaml --out runs/demo --resume
 
 lint: venv
 	$(PY) -m ruff check .

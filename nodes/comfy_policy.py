@@ -22,9 +22,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..trainer.autograd_safe import out_of_place_updates
-from ..trainer.block_checkpoint import checkpointed_blocks
-from ..trainer.lora import detach_lora
+from ..trainer.lora.adapters import detach_lora
+from ..trainer.models.autograd_safe import out_of_place_updates
+from ..trainer.models.block_checkpoint import checkpointed_blocks
 from ._comfy import decode_images, denoise, flow_family, load_for_training, prompt_model_conds
 
 DEFAULT_GUIDANCE = {"flux": 3.5, "sd3": 4.5}  # FLUX's guidance embedding; SD3's CFG scale

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..trainer.models.embedded import EmbeddedPolicy
+from ..trainer.embedded.policy import EmbeddedPolicy
 from ._comfy import embedded_model_patcher, io, model_roots, models_directory
 from .inputs import confined
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..trainer.inference.score import format_scores
 from ..trainer.rewards.mix import RewardMix
-from ..trainer.score import format_scores
 from ._comfy import io, model_roots, models_directory
 from .inputs import check_rewards, parse_lines, parse_weights
 

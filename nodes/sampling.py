@@ -1,6 +1,6 @@
 """Sampling nodes: the Dynamic-TreeRPO tree as a sampler, a flow SDE SAMPLER, and best-of-tree.
 
-They run the trainer's own rollout (``trainer.tree.rollout`` on a plan of ``trainer.strategies``)
+They run the trainer's own rollout (``trainer.core.tree.rollout`` on a plan of ``trainer.core.strategies``)
 with ComfyUI's denoiser as the velocity, through ComfyUI's CFGGuider: any FLOW MODEL with its
 conditioning, CFG and patches (LoRAs) works, and the embedded MODEL samples exactly as in training.
 """
@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
+from ..trainer.core.strategies import MixGRPOConfig, TreeConfig, build_plan
+from ..trainer.core.tree import Tree, rollout
 from ..trainer.rewards.mix import RewardMix
-from ..trainer.strategies import MixGRPOConfig, TreeConfig, build_plan
-from ..trainer.tree import Tree, rollout
 from ._comfy import guided_sample, io, ksampler, model_roots, model_sigmas, models_directory
 from .embedded import EmbeddedType
 from .inputs import check_rewards, parse_weights

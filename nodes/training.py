@@ -1,6 +1,6 @@
 """Training nodes: LayerTuning-RL / Dynamic-TreeRPO steps on a MODEL (the embedded one, or FLUX/SD3
 from ComfyUI's own loaders), LoRA export and the history plot. Each is a thin wrapper over
-``trainer.session`` and ``trainer.lora``, the code the headless trainer runs, so a workflow trains
+``trainer.training.session`` and ``trainer.lora``, the code the headless trainer runs, so a workflow trains
 exactly as ``treerpo train`` does.
 """
 
@@ -14,19 +14,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..trainer.config_io import load_config
-from ..trainer.loop import check_plan
-from ..trainer.lora import (
-    COMFYUI_PREFIX,
-    comfyui_state,
+from ..trainer.config.files import load_config
+from ..trainer.config.schema import TrainConfig
+from ..trainer.lora.files import (
     save_comfyui_lora,
     save_comfyui_state,
     save_diffusers_lora,
     save_diffusers_state,
+    save_kohya_file,
 )
-from ..trainer.lora_formats import native_to_diffusers, save_kohya_file
-from ..trainer.session import TrainingState, train_steps
-from ..trainer.train_config import TrainConfig
+from ..trainer.lora.keys import COMFYUI_PREFIX, comfyui_state
+from ..trainer.lora.kohya import native_to_diffusers
+from ..trainer.training.loop import check_plan
+from ..trainer.training.session import TrainingState, train_steps
 from ._comfy import (
     embedded_model_patcher,
     embedded_policy_of,
@@ -238,7 +238,7 @@ class TreeRPOPlotHistory(io.ComfyNode):
     def execute(cls, run: TrainingState) -> io.NodeOutput:
         from PIL import Image
 
-        from ..trainer.logs import plot_curves
+        from ..trainer.training.logs import plot_curves
 
         rows = [{k: str(v) for k, v in row.items()} for row in run.history]
         with tempfile.TemporaryDirectory(dir=temp_directory()) as tmp:

@@ -21,12 +21,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.append(str(REPO))  # `trainer` without an installed package; appended: ComfyUI's `nodes` wins
-
-from trainer.comfy_runner import boot, comfyui_root  # noqa: E402
-from trainer.workflow_format import Definitions, api_to_ui, read_workflow  # noqa: E402
+from dynamic_treerpo.trainer.comfyui_host.runner import boot, comfyui_root
+from dynamic_treerpo.trainer.comfyui_host.workflow_format import Definitions, api_to_ui, read_workflow
 
 SUFFIX = ".api.json"
 

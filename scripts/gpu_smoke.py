@@ -43,13 +43,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.flow import flux_sigmas, shifted_sigmas
-from trainer.lora import attach_lora
-from trainer.models.flux import FluxPolicy
-from trainer.models.sd3 import SD3Policy
-from trainer.objective import LossConfig, backward_over_tree, prepare_targets
-from trainer.strategies import TreeConfig, build_plan
-from trainer.tree import rollout
+from dynamic_treerpo.trainer.core.flow import flux_sigmas, shifted_sigmas
+from dynamic_treerpo.trainer.core.objective import LossConfig, backward_over_tree, prepare_targets
+from dynamic_treerpo.trainer.core.strategies import TreeConfig, build_plan
+from dynamic_treerpo.trainer.core.tree import rollout
+from dynamic_treerpo.trainer.lora.adapters import attach_lora
+from dynamic_treerpo.trainer.models.flux import FluxPolicy
+from dynamic_treerpo.trainer.models.sd3 import SD3Policy
 
 FLUX_DEV = {"patch_size": 1, "in_channels": 64, "num_layers": 19, "num_single_layers": 38,
             "attention_head_dim": 128, "num_attention_heads": 24, "joint_attention_dim": 4096,

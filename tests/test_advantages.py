@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.advantages import (
+from dynamic_treerpo.trainer.core.advantages import (
     best_leaf_index,
     combine_rewards,
     edge_advantages,
     node_values,
     normalise_in_groups,
 )
-from trainer.flow import make_sigmas
-from trainer.strategies import DanceGRPOConfig, TreeConfig, build_plan
-from trainer.tree import rollout
+from dynamic_treerpo.trainer.core.flow import make_sigmas
+from dynamic_treerpo.trainer.core.strategies import DanceGRPOConfig, TreeConfig, build_plan
+from dynamic_treerpo.trainer.core.tree import rollout
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from trainer.atomic import (
+from dynamic_treerpo.trainer.utils.atomic import (
     atomic_path,
     atomic_save_safetensors,
     atomic_torch_save,

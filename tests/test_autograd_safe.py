@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.autograd_safe import out_of_place_updates
-from trainer.block_checkpoint import checkpointed_blocks
+from dynamic_treerpo.trainer.models.autograd_safe import out_of_place_updates
+from dynamic_treerpo.trainer.models.block_checkpoint import checkpointed_blocks
 
 
 class AddsInPlace(nn.Module):

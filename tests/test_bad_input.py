@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from trainer.cli import main
+from dynamic_treerpo.trainer.cli import main
 
 Make = Callable[[Path], list[str]]  # builds the bad input under tmp_path, returns the argv
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from trainer.bench import Curve, check_same_images, summarise
-from trainer.cli import main
-from trainer.config_io import load_config
-from trainer.train_config import TrainConfig
+from dynamic_treerpo.trainer.bench.benchmark import Curve, check_same_images, summarise
+from dynamic_treerpo.trainer.cli import main
+from dynamic_treerpo.trainer.config.files import load_config
+from dynamic_treerpo.trainer.config.schema import TrainConfig
 
 SMALL = ["data.prompts_per_iteration=2", "data.eval_pairs=4", "sampling.eval_steps=2", "lora.rank=4",
          "tree.steps=6", "tree.depth=3", "mixgrpo.steps=6", "dancegrpo.steps=6"]
@@ -58,7 +58,7 @@ def test_bench_compare_writes_rows_and_plot(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_ablate_trains_each_variant_and_compares_with_the_default(tmp_path: Path) -> None:
-    from trainer.bench_ablate import VARIANTS, Variant, ablate, format_ablation
+    from dynamic_treerpo.trainer.bench.ablate import VARIANTS, Variant, ablate, format_ablation
 
     knobs = {v.knob for v in VARIANTS}
     assert {"noise growth beta", "depth and branching", "LayerTuning weight lambda", "reward sensitivity eta",
@@ -72,7 +72,7 @@ def test_ablate_trains_each_variant_and_compares_with_the_default(tmp_path: Path
 
 
 def test_sampler_measures_overhead_and_memory_at_16_and_64_leaves(tmp_path: Path) -> None:
-    from trainer.bench_sampler import format_sampler, sampler
+    from dynamic_treerpo.trainer.bench.sampler import format_sampler, sampler
 
     result = sampler(None, ["lora.rank=4"], tmp_path)
     o = result["overhead"]

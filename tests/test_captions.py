@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.embedded.captions import (
+from dynamic_treerpo.trainer.embedded.captions import (
     EXACT,
     CaptionNoise,
     binding_applies,
@@ -13,7 +13,7 @@ from trainer.embedded.captions import (
     noisy_batch,
     region_applies,
 )
-from trainer.embedded.scenes import SceneSpec, parse_prompt, sample_spec, spec_to_prompt
+from dynamic_treerpo.trainer.embedded.scenes import SceneSpec, parse_prompt, sample_spec, spec_to_prompt
 
 N = 6000
 

@@ -1,4 +1,4 @@
-"""The ``treerpo`` / ``python -m trainer`` command line."""
+"""The ``treerpo`` / ``python -m dynamic_treerpo.trainer`` command line."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+TREERPO = [sys.executable, "-m", "dynamic_treerpo.trainer"]  # the `treerpo` command
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainer", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([*TREERPO, *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -51,14 +53,14 @@ def test_bad_input_is_one_line_and_exit_2() -> None:
 
 def test_console_script_is_registered() -> None:
     scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
-    assert scripts.get("treerpo") == "trainer.cli:main"
+    assert scripts.get("treerpo") == "dynamic_treerpo.trainer.cli:main"
 
 
 def _write_scene_folder(folder: Path, prompts: list[str]) -> None:
     import numpy as np
     from PIL import Image
 
-    from trainer.embedded.scenes import layout, parse_prompt, render
+    from dynamic_treerpo.trainer.embedded.scenes import layout, parse_prompt, render
 
     folder.mkdir()
     for i, prompt in enumerate(prompts):

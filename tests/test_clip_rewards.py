@@ -11,9 +11,8 @@ import pytest
 import torch
 from transformers import CLIPImageProcessor, CLIPModel, CLIPTokenizer
 
-from tests.tiny_models import tiny_hf_clip, write_small_bpe
-from trainer.rewards.clip_convert import read_openai_bpe_gz, write_tokenizer_files
-from trainer.rewards.clip_family import (
+from dynamic_treerpo.trainer.rewards.clip_convert import read_openai_bpe_gz, write_tokenizer_files
+from dynamic_treerpo.trainer.rewards.clip_family import (
     BUILDERS,
     CLIP_MEAN,
     CLIP_STD,
@@ -23,6 +22,7 @@ from trainer.rewards.clip_family import (
     bundled_open_clip_bpe,
     clip_preprocess,
 )
+from tests.tiny_models import tiny_hf_clip, write_small_bpe
 
 PROMPTS = ["a red circle", "Two BLUE squares, on the left!", "a red circle"]
 OC_PROMPTS = [
@@ -227,7 +227,7 @@ def test_hps_tokenizer_subfolder_and_missing_tokenizer(open_clip_model, hps_dir,
     ids = build_hps(str(tmp_path)).tokenize(OC_PROMPTS)["input_ids"]
     assert _ids_to_eot(ids, 49407) == _ids_to_eot(open_clip_model[1](OC_PROMPTS), 49407)
     (sub / "vocab.json").unlink()
-    monkeypatch.setattr("trainer.rewards.clip_family.bundled_open_clip_bpe", lambda: None)
+    monkeypatch.setattr("dynamic_treerpo.trainer.rewards.clip_family.bundled_open_clip_bpe", lambda: None)
     with pytest.raises(FileNotFoundError) as err:
         build_hps(str(ckpt))
     _single_line_error(err, "laion/CLIP-ViT-H-14-laion2B-s32B-b79K", str(sub), "vocab.json")

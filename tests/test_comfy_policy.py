@@ -33,7 +33,8 @@ sys.modules["treerpo_pack"] = pack
 spec.loader.exec_module(pack)
 from treerpo_pack.nodes._comfy import lora_patched
 from treerpo_pack.nodes.comfy_policy import LORA_TARGETS, ComfyModelPolicy
-from treerpo_pack.trainer.lora import COMFYUI_PREFIX, attach_lora, comfyui_state, lora_state_dict
+from treerpo_pack.trainer.lora.adapters import attach_lora, lora_state_dict
+from treerpo_pack.trainer.lora.keys import COMFYUI_PREFIX, comfyui_state
 
 class StandInClip:
     """tokenize / encode_from_tokens_scheduled as ComfyUI's CLIP has them: fixed random rows per text."""

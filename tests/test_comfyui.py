@@ -13,10 +13,10 @@ import torch
 from comfyui_server import Server, require_comfyui, start_server, stop_server
 from PIL import Image
 
-from trainer.evaluate import ode_plan
-from trainer.flow import make_sigmas
-from trainer.models.embedded import EmbeddedPolicy
-from trainer.tree import rollout
+from dynamic_treerpo.trainer.core.flow import make_sigmas
+from dynamic_treerpo.trainer.core.tree import rollout
+from dynamic_treerpo.trainer.embedded.policy import EmbeddedPolicy
+from dynamic_treerpo.trainer.training.evaluate import ode_plan
 
 NODE_IDS = ("TreeRPOEmbeddedLoader", "TreeRPOEmbeddedTextEncode", "TreeRPOEmbeddedEmptyLatent",
             "TreeRPOEmbeddedDecode")
@@ -95,8 +95,9 @@ def test_embedded_model_samples_in_comfyui_as_in_the_trainer(server: Server) -> 
 def test_exported_comfyui_lora_loads_with_lora_loader_model_only(server: Server, tmp_path) -> None:
     """The run folder's ComfyUI LoRA, applied by ComfyUI's own LoraLoaderModelOnly, samples what
     the trainer samples with that LoRA (and not what the base samples)."""
-    from trainer.lora import attach_lora, save_lora_files
-    from trainer.train_config import TrainConfig
+    from dynamic_treerpo.trainer.config.schema import TrainConfig
+    from dynamic_treerpo.trainer.lora.adapters import attach_lora
+    from dynamic_treerpo.trainer.lora.files import save_lora_files
 
     policy = EmbeddedPolicy.from_pretrained()
     attach_lora(policy.transformer, 4, 8.0, TrainConfig().lora.targets)
@@ -218,7 +219,7 @@ def test_reward_score_node_scores_images_like_the_trainer(server: Server) -> Non
     table = result["outputs"]["20"]["text"][0]
     rows = [line.split("\t") for line in table.splitlines()]
     assert rows[0] == ["image", "scene"] and rows[-1][0] == "mean" and len(rows) == 4
-    from trainer.rewards.scene_reward import scene_metrics
+    from dynamic_treerpo.trainer.rewards.scene_reward import scene_metrics
 
     ours = scene_metrics(torch.from_numpy(images.astype(np.float32) / 255).permute(0, 3, 1, 2),
                          [PROMPT, PROMPT])["reward"]
@@ -269,7 +270,7 @@ def tree_graph(node: str, extra: dict, seed: int = 5) -> dict:
 
 def trainer_tree_images(policy: EmbeddedPolicy, config, seed: int) -> np.ndarray:
     """The trainer's rollout of ``config`` from ComfyUI's noise for ``seed`` (8-bit, as saved)."""
-    from trainer.strategies import build_plan
+    from dynamic_treerpo.trainer.core.strategies import build_plan
 
     noise = torch.randn((1, *policy.latent_shape), generator=torch.manual_seed(seed))
     plan = build_plan(config, make_sigmas("shift", 10, 3.0), config.window_start, seed=seed)
@@ -280,7 +281,7 @@ def trainer_tree_images(policy: EmbeddedPolicy, config, seed: int) -> np.ndarray
 
 
 def test_tree_sampler_grows_the_trainers_tree_in_comfyui(server: Server) -> None:
-    from trainer.strategies import TreeConfig
+    from dynamic_treerpo.trainer.core.strategies import TreeConfig
 
     graph = tree_graph("TreeRPOTreeSampler", {"noise_growth": 0.5, "sde_kind": "flow_grpo"})
     saved = saved_images(server, server.run(graph))
@@ -294,7 +295,7 @@ def test_tree_sampler_grows_the_trainers_tree_in_comfyui(server: Server) -> None
 
 
 def test_flow_sde_sampler_runs_in_sampler_custom_advanced_as_in_the_trainer(server: Server) -> None:
-    from trainer.strategies import MixGRPOConfig
+    from dynamic_treerpo.trainer.core.strategies import MixGRPOConfig
 
     graph = sample_graph(9, 1, 10)
     del graph["4"]

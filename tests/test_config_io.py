@@ -14,8 +14,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer import ClipConfig, DanceGRPOConfig, LossConfig, MixGRPOConfig, TreeConfig
-from trainer.config_io import (
+from dynamic_treerpo.trainer import ClipConfig, DanceGRPOConfig, LossConfig, MixGRPOConfig, TreeConfig
+from dynamic_treerpo.trainer.config.files import (
     ConfigError,
     apply_overrides,
     from_dict,

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.lora import attach_lora
-from trainer.models.diffusers_common import PromptCache, check_resolution, parse_dtype
-from trainer.models.embedded import pack, unpack
-from trainer.models.flux import FluxPolicy
-from trainer.models.sd3 import SD3Policy
+from dynamic_treerpo.trainer.lora.adapters import attach_lora
+from dynamic_treerpo.trainer.models.diffusers_common import PromptCache, check_resolution, parse_dtype
+from dynamic_treerpo.trainer.models.flux import FluxPolicy
+from dynamic_treerpo.trainer.models.patches import pack, unpack
+from dynamic_treerpo.trainer.models.sd3 import SD3Policy
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 64  # pixels: latents 8x8 through the 4-block VAE, 16 packed tokens

@@ -16,6 +16,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+TREERPO = [sys.executable, "-m", "dynamic_treerpo.trainer"]  # the `treerpo` command
+
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["data.prompts_per_iteration=4", "data.eval_pairs=4", "data.eval_every=100", "sampling.eval_steps=2",
          "tree.steps=5", "tree.depth=2", "lora.rank=4", "lora.alpha=8.0", "threads=1",
@@ -27,10 +29,10 @@ def train(out: Path, procs: int, *extra: str, resume: bool = False, wait: bool =
     sets = [a for s in [*SMALL, *extra] for a in ("--set", s)]
     args = ["train", "--out", str(out), *sets, *(["--resume"] if resume else []), "--no-progress"]
     if procs == 1:
-        cmd = [sys.executable, "-m", "trainer", *args]
+        cmd = [*TREERPO, *args]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(procs),
-               "--master_port", str(_free_port()), "-m", "trainer", *args]
+               "--master_port", str(_free_port()), "-m", "dynamic_treerpo.trainer", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -102,7 +104,7 @@ def test_fsdp_full_finetuning_saves_a_consolidated_checkpoint(tmp_path) -> None:
     for folder, procs in ((run, 2), (alone, 1)):
         done = train(folder, procs, "iterations=2", *full)
         assert done.returncode == 0, done.stderr[-3000:]
-    from trainer.models.embedded import EmbeddedPolicy
+    from dynamic_treerpo.trainer.embedded.policy import EmbeddedPolicy
 
     base = EmbeddedPolicy.from_pretrained(None).transformer.state_dict()
     saved = lora_at(run, 2)

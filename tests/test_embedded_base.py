@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.embedded.captions import binding_applies, region_applies
-from trainer.embedded.scenes import parse_prompt
-from trainer.evaluate import generate, held_out_pairs
-from trainer.flow import make_sigmas
-from trainer.models.embedded import EmbeddedPolicy
-from trainer.rewards.scene_reward import scene_metrics
+from dynamic_treerpo.trainer.core.flow import make_sigmas
+from dynamic_treerpo.trainer.embedded.captions import binding_applies, region_applies
+from dynamic_treerpo.trainer.embedded.policy import EmbeddedPolicy
+from dynamic_treerpo.trainer.embedded.scenes import parse_prompt
+from dynamic_treerpo.trainer.rewards.scene_reward import scene_metrics
+from dynamic_treerpo.trainer.training.evaluate import generate, held_out_pairs
 
 PAIRS = 64
 SEED = 2026

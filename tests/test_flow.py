@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from trainer.flow import (
+from dynamic_treerpo.trainer.core.flow import (
     Gaussian,
     NoiseSubspace,
     dpm2m_step,

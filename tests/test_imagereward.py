@@ -17,7 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
-from trainer.rewards.imagereward import build, load_tokenizer, preprocess
+from dynamic_treerpo.trainer.rewards.imagereward import build, load_tokenizer, preprocess
 
 FIXTURE = Path(__file__).parent / "fixtures" / "imagereward_tiny"
 TOL = 1e-4

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from trainer.logs import (
+from dynamic_treerpo.trainer.training.logs import (
     MetricsCsv,
     TensorBoardLogger,
     make_progress,

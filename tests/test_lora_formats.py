@@ -1,4 +1,4 @@
-"""kohya LoRA files (trainer.lora_formats): exact in diffusers, in ComfyUI's own patching, and back.
+"""kohya LoRA files (trainer.lora.kohya): exact in diffusers, in ComfyUI's own patching, and back.
 
 Tiny random transformers with a LoRA on many layers (fused q/k/v and single-block linear1 parts,
 partly targeted, modulation layers, the final layer with its swapped adaLN halves) are exported;
@@ -20,16 +20,15 @@ from diffusers import FluxPipeline, FluxTransformer2DModel, SD3Transformer2DMode
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from trainer.lora import attach_lora, load_diffusers_lora, lora_scale, lora_state_dict, save_diffusers_state
-from trainer.lora_formats import (
+from dynamic_treerpo.trainer.lora.adapters import attach_lora, lora_scale, lora_state_dict
+from dynamic_treerpo.trainer.lora.files import (
     KOHYA_FILE,
-    from_kohya,
-    kohya_kind,
+    load_diffusers_lora,
     load_kohya_file,
-    native_to_diffusers,
+    save_diffusers_state,
     save_kohya_file,
-    to_kohya,
 )
+from dynamic_treerpo.trainer.lora.kohya import from_kohya, kohya_kind, native_to_diffusers, to_kohya
 
 RANK, ALPHA = 4, 8.0
 FLUX_CONFIG = {"patch_size": 1, "in_channels": 64, "num_layers": 1, "num_single_layers": 1,

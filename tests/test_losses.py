@@ -8,16 +8,22 @@ import math
 import pytest
 import torch
 
-from trainer.flow import make_sigmas
-from trainer.losses import ClipConfig, clip_bounds, grpo_edge_loss, layer_weight, ratio_spread
-from trainer.objective import (
+from dynamic_treerpo.trainer.core.flow import make_sigmas
+from dynamic_treerpo.trainer.core.losses import (
+    ClipConfig,
+    clip_bounds,
+    grpo_edge_loss,
+    layer_weight,
+    ratio_spread,
+)
+from dynamic_treerpo.trainer.core.objective import (
     LossConfig,
     backward_over_tree,
     microbatch_loss,
     prepare_targets,
 )
-from trainer.strategies import TreeConfig, build_plan
-from trainer.tree import rollout
+from dynamic_treerpo.trainer.core.strategies import TreeConfig, build_plan
+from dynamic_treerpo.trainer.core.tree import rollout
 
 LATENT = (3, 4, 4)
 
@@ -105,7 +111,7 @@ def test_micro_batches_sum_to_the_full_gradient(tiny_model) -> None:
 
 @pytest.mark.parametrize("target", ["x0", "path"])
 def test_layer_tuning_step_moves_velocity_toward_its_target(tiny_model, target) -> None:
-    from trainer.losses import path_target, velocity_mse, x0_target
+    from dynamic_treerpo.trainer.core.losses import path_target, velocity_mse, x0_target
 
     tree, cond, targets, config = _setup(tiny_model, prm_lambda=1.0, prm_target=target)
     targets.edge_weight.zero_()  # isolate the LayerTuning term
@@ -159,8 +165,8 @@ def test_kl_term_needs_a_reference_and_is_zero_against_itself(tiny_model) -> Non
 def test_prm_logprob_scale_is_the_gaussian_nll_of_the_target(tiny_model) -> None:
     """In log-prob units, the LayerTuning term is the element-averaged Gaussian NLL of the target
     transition (up to its constant): ``(D dv)^2 / (2 std^2)``."""
-    from trainer.flow import Gaussian, gaussian_log_prob, sde_transition
-    from trainer.losses import x0_target
+    from dynamic_treerpo.trainer.core.flow import Gaussian, gaussian_log_prob, sde_transition
+    from dynamic_treerpo.trainer.core.losses import x0_target
 
     tree, cond, targets, config = _setup(tiny_model, prm_lambda=1.0, prm_scale="logprob")
     targets.edge_weight.zero_()
@@ -183,7 +189,7 @@ def test_prm_logprob_scale_is_the_gaussian_nll_of_the_target(tiny_model) -> None
 
 
 def test_score_step_scale_divides_each_steps_terms_by_its_score_scale(tiny_model) -> None:
-    from trainer.flow import score_scale
+    from dynamic_treerpo.trainer.core.flow import score_scale
 
     tree, _, plain, _ = _setup(tiny_model, prm_lambda=0.5)
     config = LossConfig(prm_lambda=0.5, step_scale="score")
@@ -222,7 +228,7 @@ def test_score_step_scale_keeps_the_gradient_scale_as_the_window_moves(tiny_mode
 def test_renoise_layer_tuning_is_flow_matching_on_the_best_leaf(tiny_model) -> None:
     """``renoise``: one extra row per (prompt, layer), the best leaf noised afresh at the layer's
     sigma, regressed onto ``eps - x0*``; a step on it lowers that flow-matching loss."""
-    from trainer.losses import renoised, velocity_mse
+    from dynamic_treerpo.trainer.core.losses import renoised, velocity_mse
 
     tree, cond, targets, config = _setup(tiny_model, prm_lambda=1.0, prm_target="renoise",
                                          prm_scale="velocity")

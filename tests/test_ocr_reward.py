@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from trainer.rewards.ocr import (
+from dynamic_treerpo.trainer.rewards.ocr import (
     INSTALL_HINT,
     build,
     edit_distance,

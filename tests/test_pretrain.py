@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trainer.embedded import pretrain as pre
-from trainer.embedded.captions import EXACT, CaptionNoise
+from dynamic_treerpo.trainer.embedded import pretrain as pre
+from dynamic_treerpo.trainer.embedded.captions import EXACT, CaptionNoise
 
 TINY = {"steps": 3, "refine_steps": 2, "noisy_steps": 2, "batch": 4, "warmup": 1}
 

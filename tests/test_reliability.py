@@ -21,13 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 
-from trainer.checkpoint import load_latest
-from trainer.cli import main
-from trainer.config_io import load_config
-from trainer.loop import TrainingStopped
-from trainer.run import run_training
-from trainer.train_config import TrainConfig
-from trainer.workflow_format import read_workflow, ui_to_api
+from dynamic_treerpo.trainer.cli import main
+from dynamic_treerpo.trainer.comfyui_host.workflow_format import read_workflow, ui_to_api
+from dynamic_treerpo.trainer.config.files import load_config
+from dynamic_treerpo.trainer.config.schema import TrainConfig
+from dynamic_treerpo.trainer.training.checkpoint import load_latest
+from dynamic_treerpo.trainer.training.loop import TrainingStopped
+from dynamic_treerpo.trainer.training.run import run_training
+
+TREERPO = [sys.executable, "-m", "dynamic_treerpo.trainer"]  # the `treerpo` command
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["data.prompts_per_iteration=2", "data.eval_pairs=4", "data.eval_every=100", "sampling.eval_steps=2",
@@ -39,7 +41,7 @@ def cli_args(out: Path, *extra: str) -> list[str]:
 
 
 def launch(out: Path, *extra: str, resume: bool = False) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "trainer", *cli_args(out, *extra), *(["--resume"] if resume else [])]
+    cmd = [*TREERPO, *cli_args(out, *extra), *(["--resume"] if resume else [])]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -104,7 +106,7 @@ def wait_for(condition, extra: float = 0.0, timeout: float = 300) -> None:
 @pytest.fixture
 def poisoned_rewards(monkeypatch):
     """Rewards turn NaN for the training calls listed in ``bad`` (call 0 is the baseline evaluation)."""
-    from trainer.rewards import mix
+    from dynamic_treerpo.trainer.rewards import mix
 
     calls = {"n": 0, "bad": set()}
     original = mix.RewardMix.__call__

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.rewards.mix import RewardMix, bind_weights, parse_reward_spec
+from dynamic_treerpo.trainer.rewards.mix import RewardMix, bind_weights, parse_reward_spec
 
 
 def test_spec_weights_default_to_one_and_bad_specs_fail() -> None:
@@ -29,7 +29,7 @@ def test_bare_paths_go_to_rewards_that_need_weights_in_order() -> None:
 
 
 def test_group_normalisation_makes_scales_irrelevant_and_weights_count(monkeypatch) -> None:
-    from trainer.rewards import registry
+    from dynamic_treerpo.trainer.rewards import registry
 
     a = torch.tensor([0.30, 0.31, 0.32, 0.29, 0.30, 0.31])   # a narrow reward (HPS-like)
     b = torch.tensor([3.0, 1.0, 2.0, -1.0, 1.0, 0.0])        # a wide one (ImageReward-like)
@@ -57,7 +57,7 @@ def test_mix_of_one_reward_is_that_reward_and_of_two_reports_each(monkeypatch) -
     assert set(out) >= {"reward", "exact"}
     assert torch.equal(single.training_signal(out, torch.tensor([0, 1])), out["reward"].float())
 
-    from trainer.rewards import registry
+    from dynamic_treerpo.trainer.rewards import registry
 
     fake = registry.RewardEntry("scene_reward", False, "")
     monkeypatch.setitem(registry._REWARDS, "scene2", fake)
@@ -72,12 +72,12 @@ def test_mix_of_one_reward_is_that_reward_and_of_two_reports_each(monkeypatch) -
 def test_every_registered_reward_has_its_builder() -> None:
     from importlib import import_module
 
-    from trainer.rewards import registry
+    from dynamic_treerpo.trainer.rewards import registry
 
     assert set(registry.reward_names()) == {"scene", "clip", "pickscore", "hps-v2.1", "imagereward", "ocr"}
     for name in registry.reward_names():
         entry = registry.reward_entry(name)
-        module = import_module(f"trainer.rewards.{entry.module}")
+        module = import_module(f"dynamic_treerpo.trainer.rewards.{entry.module}")
         assert callable(getattr(module, entry.builder)), name
         if entry.needs_weights:  # a missing path names the reward and where to get its files
             with pytest.raises(ValueError, match=f"reward '{name}' needs its weights"):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.embedded.scenes import (
+from dynamic_treerpo.trainer.embedded.scenes import (
     BACKGROUND,
     COLOURS,
     IMAGE_SIZE,
@@ -27,7 +27,7 @@ from trainer.embedded.scenes import (
     shape_mask,
     spec_to_prompt,
 )
-from trainer.rewards.scene_reward import (
+from dynamic_treerpo.trainer.rewards.scene_reward import (
     ideal_pixel_count,
     label_components,
     scene_metrics,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.embedded.scenes import (
+from dynamic_treerpo.trainer.embedded.scenes import (
     BACKGROUND,
     COLOURS,
     IMAGE_SIZE,

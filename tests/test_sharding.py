@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from trainer.advantages import edge_advantages
-from trainer.flow import make_sigmas
-from trainer.loop import update_chunks
-from trainer.strategies import TreeConfig, build_plan
-from trainer.tree import rollout
+from dynamic_treerpo.trainer.core.advantages import edge_advantages
+from dynamic_treerpo.trainer.core.flow import make_sigmas
+from dynamic_treerpo.trainer.core.strategies import TreeConfig, build_plan
+from dynamic_treerpo.trainer.core.tree import rollout
+from dynamic_treerpo.trainer.training.loop import update_chunks
 
 PLAN = build_plan(TreeConfig(steps=6, window_start=0, depth=3, branching=2), make_sigmas("shift", 6))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.flow import make_sigmas
-from trainer.strategies import (
+from dynamic_treerpo.trainer.core.flow import make_sigmas
+from dynamic_treerpo.trainer.core.strategies import (
     DanceGRPOConfig,
     MixGRPOConfig,
     TreeConfig,
@@ -17,7 +17,7 @@ from trainer.strategies import (
     strategy_name,
     window_start,
 )
-from trainer.tree import rollout
+from dynamic_treerpo.trainer.core.tree import rollout
 
 CONFIGS = [
     DanceGRPOConfig(steps=16, group_size=12),

@@ -13,12 +13,15 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from trainer.config_io import ConfigError, load_config, to_dict
-from trainer.loop import COLUMNS
-from trainer.models.embedded import EmbeddedPolicy, image_ids, pack
-from trainer.run import resolve_config, run_training
-from trainer.sample import load_lora_file
-from trainer.train_config import OptimConfig, TrainConfig
+from dynamic_treerpo.trainer.config.files import ConfigError, load_config, to_dict
+from dynamic_treerpo.trainer.config.schema import OptimConfig, TrainConfig
+from dynamic_treerpo.trainer.embedded.policy import EmbeddedPolicy
+from dynamic_treerpo.trainer.inference.sample import load_lora_file
+from dynamic_treerpo.trainer.models.patches import image_ids, pack
+from dynamic_treerpo.trainer.training.loop import COLUMNS
+from dynamic_treerpo.trainer.training.run import resolve_config, run_training
+
+TREERPO = [sys.executable, "-m", "dynamic_treerpo.trainer"]  # the `treerpo` command
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [
@@ -84,7 +87,7 @@ def _transformer_output(transformer: torch.nn.Module) -> torch.Tensor:
 @pytest.mark.parametrize("fmt", ["comfyui_lora.safetensors", "pytorch_lora_weights.safetensors",
                                  "kohya_lora.safetensors"])
 def test_exported_lora_reproduces_the_trained_model(two_iterations: Path, fmt: str) -> None:
-    from trainer.lora import attach_lora, load_lora_state
+    from dynamic_treerpo.trainer.lora.adapters import attach_lora, load_lora_state
 
     trained = EmbeddedPolicy.from_pretrained()
     attach_lora(trained.transformer, 4, 8.0, TrainConfig().lora.targets)
@@ -130,7 +133,7 @@ def test_an_existing_run_is_never_overwritten(two_iterations: Path) -> None:
 
 
 def test_cli_bad_key_is_one_line(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "trainer", "train", "--out", str(tmp_path / "r"),
+    out = subprocess.run([*TREERPO, "train", "--out", str(tmp_path / "r"),
                           "--set", "tree.dept=3"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
@@ -138,7 +141,7 @@ def test_cli_bad_key_is_one_line(tmp_path: Path) -> None:
 
 
 def test_a_noise_pool_that_does_not_fit_the_image_fails_before_training(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "trainer", "train", "--out", str(tmp_path / "r"),
+    out = subprocess.run([*TREERPO, "train", "--out", str(tmp_path / "r"),
                           "--set", "tree.noise_pool=3"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 2
@@ -216,7 +219,7 @@ def test_full_fine_tuning_trains_every_weight_exports_a_transformer_and_resumes(
 
 
 def test_a_training_prompt_file_lends_held_out_prompts_and_drops_drift(tmp_path: Path) -> None:
-    from trainer.loop import Trainer
+    from dynamic_treerpo.trainer.training.loop import Trainer
 
     prompts = ["a red circle", "a blue square", "a green triangle", "two red circles",
                "a yellow square on the left", "a blue circle at the top"]
@@ -237,7 +240,7 @@ def test_a_training_prompt_file_lends_held_out_prompts_and_drops_drift(tmp_path:
 def test_training_steps_continue_as_one_run_and_leave_the_given_model_alone() -> None:
     """Front ends train in steps: two steps of one iteration equal one step of two, and the model
     a step was given (held by other ComfyUI nodes) is not changed."""
-    from trainer.session import train_steps
+    from dynamic_treerpo.trainer.training.session import train_steps
 
     config = _config("iterations=2")
     base = EmbeddedPolicy.from_pretrained()

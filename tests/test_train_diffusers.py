@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from dynamic_treerpo.trainer.config.files import load_config
+from dynamic_treerpo.trainer.config.schema import TrainConfig
+from dynamic_treerpo.trainer.training.loop import Trainer
+from dynamic_treerpo.trainer.training.run import run_training
 from tests.test_diffusers_models import flux_pipeline, sd3_pipeline
-from trainer.config_io import load_config
-from trainer.loop import Trainer
-from trainer.run import run_training
-from trainer.train_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -58,7 +58,7 @@ def test_a_run_on_a_diffusers_folder_exports_a_lora_the_pipeline_loads(kind: str
     pipe = pipe_cls.from_pretrained(folders[kind], torch_dtype=torch.float32, local_files_only=True)
     pipe.load_lora_weights(run / "lora", weight_name="pytorch_lora_weights.safetensors")
     resumed = Trainer(config)
-    from trainer.checkpoint import load_latest
+    from dynamic_treerpo.trainer.training.checkpoint import load_latest
 
     ckpt = load_latest(run / "checkpoints")
     resumed.restore(ckpt.lora, ckpt.optimizer, ckpt.state)
@@ -118,7 +118,8 @@ def test_a_missing_model_folder_fails_in_one_line_before_any_work(tmp_path: Path
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "trainer", "train", "--out", str(tmp_path / "r"),
+    out = subprocess.run([sys.executable, "-m", "dynamic_treerpo.trainer", "train",
+                          "--out", str(tmp_path / "r"),
                           "--set", "model.kind=flux", "--set", f"model.path={tmp_path / 'nowhere'}"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2

@@ -5,9 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.flow import make_sigmas, sde_transition
-from trainer.strategies import MixGRPOConfig, TreeConfig, build_plan, closed_form, tree_plan
-from trainer.tree import RolloutPlan, StepOp, rollout
+from dynamic_treerpo.trainer.core.flow import make_sigmas, sde_transition
+from dynamic_treerpo.trainer.core.strategies import (
+    MixGRPOConfig,
+    TreeConfig,
+    build_plan,
+    closed_form,
+    tree_plan,
+)
+from dynamic_treerpo.trainer.core.tree import RolloutPlan, StepOp, rollout
 
 LATENT = (3, 4, 4)
 
@@ -170,7 +176,7 @@ def test_pooled_noise_moves_siblings_apart_only_in_image_blocks(tiny_model) -> N
     over each pool x pool block differs, their detail inside the blocks is the same."""
     from dataclasses import replace
 
-    from trainer.flow import NoiseSubspace
+    from dynamic_treerpo.trainer.core.flow import NoiseSubspace
 
     with torch.no_grad():
         tree, plan = _tree(tiny_model, cfg=replace(SMALL_TREE, noise_pool=2))

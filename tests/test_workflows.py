@@ -17,7 +17,9 @@ import pytest
 from comfyui_server import REPO, Server, require_comfyui, start_server, stop_server
 from PIL import Image
 
-from trainer.workflow_format import api_to_ui, node_inputs, ui_to_api
+from dynamic_treerpo.trainer.comfyui_host.workflow_format import api_to_ui, node_inputs, ui_to_api
+
+TREERPO = [sys.executable, "-m", "dynamic_treerpo.trainer"]  # the `treerpo` command
 
 WORKFLOWS = REPO / "workflows"
 NAMES = ("train_embedded", "sample_and_score", "best_of_tree", "flux_dev_template", "flux_dev_train")
@@ -59,10 +61,10 @@ def object_info(server: Server) -> dict:
 
 
 def run_cli(comfyui: Path, *args: str) -> subprocess.CompletedProcess:
-    """``python -m trainer run-workflow`` from the repo root, where this checkout's ``nodes/`` is
-    importable and must not shadow ComfyUI's ``nodes``."""
+    """``treerpo run-workflow`` from the repo root, where this checkout's ``nodes/`` folder must not
+    shadow ComfyUI's ``nodes`` module."""
     env = {**os.environ, "TREERPO_COMFYUI": str(comfyui), "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "trainer", "run-workflow", *args], cwd=REPO, env=env,
+    return subprocess.run([*TREERPO, "run-workflow", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -263,7 +265,7 @@ def test_a_failing_node_exits_1_with_its_message(comfyui: Path, tmp_path: Path) 
 
 def test_missing_comfyui_is_one_line_saying_make_comfyui(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TREERPO_COMFYUI"}
-    command = [sys.executable, "-m", "trainer", "run-workflow", str(WORKFLOWS / "best_of_tree.json"),
+    command = [*TREERPO, "run-workflow", str(WORKFLOWS / "best_of_tree.json"),
                "--comfyui", str(tmp_path)]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 2

@@ -4,7 +4,7 @@ This package never imports ComfyUI; the ComfyUI nodes and the ``treerpo`` comman
 front ends over it. The names below are the stable API.
 """
 
-from .advantages import (
+from .core.advantages import (
     best_leaf_index,
     combine_rewards,
     edge_advantages,
@@ -12,7 +12,7 @@ from .advantages import (
     node_values,
     normalise_in_groups,
 )
-from .flow import (
+from .core.flow import (
     Gaussian,
     dpm2m_step,
     gaussian_log_prob,
@@ -21,8 +21,8 @@ from .flow import (
     sde_step,
     sde_transition,
 )
-from .losses import ClipConfig, clip_bounds, grpo_edge_loss, layer_weight
-from .objective import (
+from .core.losses import ClipConfig, clip_bounds, grpo_edge_loss, layer_weight
+from .core.objective import (
     LossConfig,
     LossStats,
     TrainTargets,
@@ -30,7 +30,7 @@ from .objective import (
     microbatch_loss,
     prepare_targets,
 )
-from .strategies import (
+from .core.strategies import (
     STRATEGIES,
     DanceGRPOConfig,
     MixGRPOConfig,
@@ -39,7 +39,7 @@ from .strategies import (
     closed_form,
     window_start,
 )
-from .tree import RolloutPlan, StepOp, Tree, rollout
+from .core.tree import RolloutPlan, StepOp, Tree, rollout
 
 __all__ = [
     "STRATEGIES", "ClipConfig", "DanceGRPOConfig", "Gaussian", "LossConfig", "LossStats",

@@ -1,4 +1,5 @@
-"""``python -m trainer`` (and ``torchrun -m trainer``) runs the ``treerpo`` command line."""
+"""``python -m dynamic_treerpo.trainer`` (and ``torchrun -m dynamic_treerpo.trainer``) runs the
+``treerpo`` command line."""
 
 import sys
 

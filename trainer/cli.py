@@ -1,4 +1,5 @@
-"""The ``treerpo`` command line (also ``python -m trainer``, so ``torchrun -m trainer`` works)."""
+"""The ``treerpo`` command line (also ``python -m dynamic_treerpo.trainer``, so
+``torchrun -m dynamic_treerpo.trainer`` works)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .atomic import one_line
-from .nfe import NfeSettings, format_table, nfe_table
+from .bench.nfe import NfeSettings, format_table, nfe_table
+from .utils.atomic import one_line
 
 
 def _add_nfe(sub: argparse._SubParsersAction) -> None:
@@ -57,7 +58,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from .run import format_summary, resolve_config, run_training
+    from .training.run import format_summary, resolve_config, run_training
 
     out = args.out or Path("runs") / (Path(args.config).stem if args.config else "default")
     config = resolve_config(args.config, args.overrides, out, args.resume)
@@ -81,11 +82,11 @@ def _add_sample(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_sample(args: argparse.Namespace) -> int:
-    from .sample import sample_grid
+    from .inference.sample import sample_grid
 
     prompts = list(args.prompt)
     if args.prompts is not None:
-        from .evaluate import read_prompt_file
+        from .training.evaluate import read_prompt_file
 
         prompts += read_prompt_file(args.prompts)
     if not prompts:
@@ -114,8 +115,8 @@ def _add_score(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_score(args: argparse.Namespace) -> int:
-    from .evaluate import read_prompt_file
-    from .score import format_scores, score_folder
+    from .inference.score import format_scores, score_folder
+    from .training.evaluate import read_prompt_file
 
     files, scores = score_folder(args.reward, args.images, read_prompt_file(args.prompts),
                                  weights=args.weights, device=args.device)
@@ -150,9 +151,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_bench_compare(args: argparse.Namespace) -> int:
-    from .bench import BASELINES, compare, format_rows
-    from .config_io import load_config
-    from .train_config import TrainConfig
+    from .bench.benchmark import BASELINES, compare, format_rows
+    from .config.files import load_config
+    from .config.schema import TrainConfig
 
     config = load_config(TrainConfig, args.config, args.overrides)
     rows = compare(config, args.budget_seconds, args.seeds, args.out, args.eval_every)
@@ -163,7 +164,7 @@ def _run_bench_compare(args: argparse.Namespace) -> int:
 
 
 def _run_bench_ablate(args: argparse.Namespace) -> int:
-    from .bench_ablate import ablate, format_ablation
+    from .bench.ablate import ablate, format_ablation
 
     rows = ablate(args.config, args.overrides, args.budget_seconds, args.seeds, args.out, args.eval_every)
     print(format_ablation(rows))
@@ -172,7 +173,7 @@ def _run_bench_ablate(args: argparse.Namespace) -> int:
 
 
 def _run_bench_sampler(args: argparse.Namespace) -> int:
-    from .bench_sampler import format_sampler, sampler
+    from .bench.sampler import format_sampler, sampler
 
     print(format_sampler(sampler(args.config, args.overrides, args.out)))
     print(f"written: {args.out / 'sampler.json'}")
@@ -194,7 +195,12 @@ def _add_run_workflow(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_run_workflow(args: argparse.Namespace) -> int:
-    from .comfy_runner import WorkflowExecutionError, WorkflowValidationError, format_result, run_workflow
+    from .comfyui_host.runner import (
+        WorkflowExecutionError,
+        WorkflowValidationError,
+        format_result,
+        run_workflow,
+    )
 
     def report(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

@@ -1,6 +1,6 @@
 """Reproduce the embedded default's weights from a seed: flow-matching pretraining on scenes.
 
-    python -m trainer.embedded.pretrain --out trainer/embedded/weights
+    python -m dynamic_treerpo.trainer.embedded.pretrain --out trainer/embedded/weights
 
 Data: unlimited procedurally generated scenes (``scenes.sample_batch``), captioned exactly in
 stages 1 and 2 and with web-like noise in stage 3 (``captions.captioner``: count, colour-binding
@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..models.embedded import EmbeddedPolicy
 from .captions import EXACT, WEB_LIKE, CaptionNoise, captioner
+from .policy import EmbeddedPolicy
 from .scenes import sample_batch
 
 DEFAULT_STEPS = 1500

@@ -23,7 +23,6 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..policy import transformer_call
 from .diffusers_common import (
     DiffusersPolicy,
     ModelSource,
@@ -38,7 +37,8 @@ from .diffusers_common import (
     require_model,
     require_tokenizer,
 )
-from .embedded import image_ids, pack, unpack
+from .patches import image_ids, pack, unpack
+from .policy import transformer_call
 
 FLUX_SOURCE = ModelSource(
     family="FLUX.1",

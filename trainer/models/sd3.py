@@ -28,7 +28,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..policy import transformer_call
 from .diffusers_common import (
     DiffusersPolicy,
     ModelSource,
@@ -44,6 +43,7 @@ from .diffusers_common import (
     require_model,
     require_tokenizer,
 )
+from .policy import transformer_call
 
 SD3_SOURCE = ModelSource(
     family="SD3",

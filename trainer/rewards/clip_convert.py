@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..atomic import atomic_write_text, one_line
+from ..utils.atomic import atomic_write_text, one_line
 
 # ViT-H-14 (HPS v2/v2.1, PickScore): 1280-wide image tower with 80-wide heads, 1024-wide text tower with
 # 64-wide heads, exact GELU. Head counts are the one thing the tensor shapes do not say.

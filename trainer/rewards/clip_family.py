@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..atomic import load_state_dict_file, one_line
+from ..utils.atomic import load_state_dict_file, one_line
 from .clip_convert import (
     clip_model_from_state_dict,
     convert_open_clip_state_dict,

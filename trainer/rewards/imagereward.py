@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from ..atomic import load_state_dict_file
+from ..utils.atomic import load_state_dict_file
 from .registry import RewardFn
 
 if TYPE_CHECKING:

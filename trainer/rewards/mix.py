@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..advantages import combine_rewards
+from ..core.advantages import combine_rewards
 from .registry import RewardFn, get_reward, needs_weights, reward_entry
 
 

@@ -10,9 +10,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from .distributed import DistributedConfig
-from .objective import LossConfig
-from .strategies import DanceGRPOConfig, MixGRPOConfig, StrategyConfig, TreeConfig
+from ..core.objective import LossConfig
+from ..core.strategies import DanceGRPOConfig, MixGRPOConfig, StrategyConfig, TreeConfig
 
 Strategy = Literal["dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo"]
 
@@ -199,6 +198,22 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
+class DistributedConfig:
+    """``backend``: ``auto`` (NCCL with CUDA, else gloo), ``nccl`` or ``gloo``. ``timeout_s``: how
+    long a collective waits for a rank that stopped answering before the run fails (keep it above
+    the longest step between collectives, e.g. an evaluation)."""
+
+    backend: str = "auto"
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("auto", "nccl", "gloo"):
+            raise ValueError(f"distributed.backend must be auto, nccl or gloo, got {self.backend!r}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"distributed.timeout_s must be > 0, got {self.timeout_s}")
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """A training run. ``iterations`` and ``checkpoint_every`` are top-level on purpose
     (``--set iterations=2`` makes a short run).
@@ -239,7 +254,7 @@ class TrainConfig:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
-        from .rewards.mix import parse_reward_spec
+        from ..rewards.mix import parse_reward_spec
 
         terms = {t.name for t in parse_reward_spec(self.reward)}  # a bad name fails at load time
         stray = sorted(set(self.reward_weights) - terms)

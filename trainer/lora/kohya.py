@@ -1,4 +1,4 @@
-"""The kohya (sd-scripts) LoRA format for the three model kinds: export, import, and file I/O.
+"""The kohya (sd-scripts) LoRA key maps for the three model kinds: pure state-dict conversions.
 
 A kohya file names each layer ``lora_unet_<layer path, dots as underscores>`` with
 ``.lora_down.weight`` [rank, in], ``.lora_up.weight`` [out, rank] and ``.alpha`` (the delta is
@@ -29,19 +29,14 @@ The tables below follow ComfyUI's ``flux_to_diffusers`` / ``mmdit_to_diffusers``
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
-from torch import Tensor, nn
-
-from .atomic import atomic_save_safetensors
+from torch import Tensor
 
 KINDS = ("embedded", "flux", "sd3", "native")  # native: module names already in the original layout
-KOHYA_FILE = "kohya_lora.safetensors"
 KOHYA_PREFIX = "lora_unet_"
 FLUX_MLP_RATIO = 4  # FLUX.1's single blocks: linear1 = q, k, v (hidden each) + MLP in (4 hidden)
 
@@ -139,7 +134,7 @@ _LAYOUTS: dict[str, tuple[tuple[str, str, dict[str, _Slot]], ...]] = {
 }
 
 
-def _check_kind(kind: str) -> None:
+def check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise ValueError(f"unknown model kind {kind!r} for a kohya LoRA: use one of {', '.join(KINDS)}")
 
@@ -200,7 +195,7 @@ def to_kohya(state: Mapping[str, Tensor], alpha: float | Mapping[str, float],
     ``alpha`` is the peft ``lora_alpha`` (or one per module); each module's delta is
     ``alpha / r * B @ A`` with ``r`` its rank, and the file reproduces every delta exactly.
     """
-    _check_kind(kind)
+    check_kind(kind)
     modules = _modules(state)
     layers: dict[str, list[tuple[_Slot, Tensor, Tensor]]] = {}
     for module, (a, b) in modules.items():
@@ -290,7 +285,7 @@ def from_kohya(state: Mapping[str, Tensor], kind: str,
     :func:`to_kohya`); parts whose rows are all zero are left out (their delta is zero).
     ``modules`` (e.g. a transformer's module names) lets ``embedded`` files name any layer.
     """
-    _check_kind(kind)
+    check_kind(kind)
     layers: dict[str, dict[str, Tensor]] = {}
     for key, value in state.items():
         for suffix in (_DOWN, _UP, _ALPHA):
@@ -367,55 +362,3 @@ def kohya_kind(state: Mapping[str, Tensor]) -> str | None:
     return "embedded"
 
 
-def save_kohya_file(path: str | os.PathLike[str], transformer_or_state: nn.Module | Mapping[str, Tensor],
-                    alpha: float | None = None, kind: str = "flux") -> Path:
-    """Write a transformer's adapter (or a peft state with ``alpha``) as a kohya file, atomically."""
-    from .lora import lora_scale, lora_state_dict
-
-    _check_kind(kind)
-    if isinstance(transformer_or_state, nn.Module):
-        state = lora_state_dict(transformer_or_state)
-        alpha = lora_scale(transformer_or_state)[1] if alpha is None else alpha
-    else:
-        state = dict(transformer_or_state)
-        if alpha is None:
-            raise ValueError("save_kohya_file needs the LoRA alpha when given a state dict")
-    path = Path(path)
-    atomic_save_safetensors(to_kohya(state, alpha, kind), path,
-                            metadata={"format": "pt", "lora_format": "kohya", "model_kind": kind})
-    return path
-
-
-def read_lora_file(path: str | os.PathLike[str]) -> dict[str, Tensor]:
-    """A LoRA file's tensors; a missing or unreadable file is a one-line error."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"LoRA file not found: {path}")
-    try:
-        return load_file(path)
-    except (SafetensorError, OSError) as err:
-        raise ValueError(f"{path} is not a readable safetensors LoRA ({err})") from None
-
-
-def load_kohya_file(transformer: nn.Module, path: str | os.PathLike[str], kind: str,
-                    adapter_name: str = "default") -> None:
-    """Attach a kohya file's LoRA to a diffusers transformer (ranks per module as stored)."""
-    _check_kind(kind)
-    path = Path(path)
-    state = read_lora_file(path)
-    names = [name for name, _ in transformer.named_modules()]
-    try:
-        peft_state, _ = from_kohya(state, kind, modules=names)
-    except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
-    if not peft_state:
-        raise ValueError(f"{path} holds no LoRA weights")
-    known = set(names)
-    missing = sorted({k.rsplit(".lora_", 1)[0] for k in peft_state} - known)
-    if missing:
-        raise ValueError(f"{path} does not fit this model: it has no module {missing[0]!r}")
-    transformer.load_lora_adapter({f"transformer.{k}": v for k, v in peft_state.items()},
-                                  prefix="transformer", adapter_name=adapter_name)

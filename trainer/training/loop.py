@@ -16,8 +16,21 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..config.files import save_config
+from ..config.schema import TrainConfig
+from ..core.flow import make_sigmas
+from ..core.losses import clip_bounds, ratio_spread
+from ..core.objective import LossConfig, backward_over_tree, prepare_targets
+from ..core.strategies import DanceGRPOConfig, build_plan, window_start
+from ..core.tree import RolloutPlan, rollout
+from ..embedded.policy import EmbeddedPolicy
+from ..lora.adapters import attach_lora, load_lora_state, lora_state_dict, set_adapters_enabled
+from ..lora.files import save_lora_files
+from ..lora.full_export import save_full_transformer
+from ..lora.keys import COMFYUI_PREFIX, DIFFUSERS_MODEL_PREFIX
+from ..models.policy import WRAPPED, Policy
+from ..rewards.mix import RewardMix
 from .checkpoint import load_latest, save_checkpoint
-from .config_io import save_config
 from .distributed import (
     Dist,
     full_state,
@@ -32,25 +45,6 @@ from .distributed import (
     wrap_model,
 )
 from .evaluate import PromptSource, clean_renders, drift_loss, eval_pairs_for, evaluate
-from .flow import make_sigmas
-from .full_export import save_full_transformer
-from .lora import (
-    COMFYUI_PREFIX,
-    DIFFUSERS_MODEL_PREFIX,
-    attach_lora,
-    load_lora_state,
-    lora_state_dict,
-    save_lora_files,
-    set_adapters_enabled,
-)
-from .losses import clip_bounds, ratio_spread
-from .models.embedded import EmbeddedPolicy
-from .objective import LossConfig, backward_over_tree, prepare_targets
-from .policy import WRAPPED, Policy
-from .rewards.mix import RewardMix
-from .strategies import DanceGRPOConfig, build_plan, window_start
-from .train_config import TrainConfig
-from .tree import RolloutPlan, rollout
 
 COLUMNS = (
     "iteration", "strategy", "window_start", "reward_mean", "reward_std", "reward_max",
@@ -89,10 +83,10 @@ def build_policy(config: TrainConfig) -> Policy:
     if m.max_sequence_length is not None:
         options["max_sequence_length"] = m.max_sequence_length
     if m.kind == "flux":
-        from .models.flux import FluxPolicy
+        from ..models.flux import FluxPolicy
 
         return FluxPolicy.from_pretrained(m.path, **options)
-    from .models.sd3 import SD3Policy
+    from ..models.sd3 import SD3Policy
 
     return SD3Policy.from_pretrained(m.path, **options)
 
@@ -205,7 +199,7 @@ class Trainer:
         """``policy``: a model already loaded (its weights are trained in place: pass a copy);
         None loads ``config.model``. ``evaluation`` False (training steps in a front end): no
         held-out set, so no prompt is kept out of training. ``dist``: this process's place in a
-        data-parallel job (``trainer.distributed``); None is a single process."""
+        data-parallel job (``trainer.training.distributed``); None is a single process."""
         torch.set_num_threads(config.threads)
         self.config = config
         self.dist = dist or Dist()

@@ -37,5 +37,5 @@ WRAPPED = "wrapped_transformer"
 
 def transformer_call(policy: Any) -> Callable[..., Any]:
     """What a policy's velocity calls: its transformer, or the data-parallel wrapper around it that
-    ``trainer.distributed`` installed (DDP must see the forward to reduce the gradients)."""
+    ``trainer.training.distributed`` installed (DDP must see the forward to reduce the gradients)."""
     return policy.__dict__.get(WRAPPED) or policy.transformer

@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_write_text
-from .bench import train_for
-from .config_io import load_config
-from .train_config import TrainConfig
+from ..config.files import load_config
+from ..config.schema import TrainConfig
+from ..utils.atomic import atomic_write_text
+from .benchmark import train_for
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_write_text
-from .config_io import ConfigError, load_config
+from ..config.files import ConfigError, load_config
+from ..config.schema import TrainConfig
+from ..utils.atomic import atomic_write_text
 from .distributed import Dist, barrier, setup, teardown
 from .logs import (
     MetricsCsv,
@@ -24,7 +25,6 @@ from .logs import (
     save_image_grid,
 )
 from .loop import COLUMNS, SAMPLE_PAIRS, Trainer, checkpoint, resume_point, save_resolved_config
-from .train_config import TrainConfig
 
 SUMMARY_KEYS = ("eval_reward", "eval_exact", "eval_colour", "eval_shape", "eval_position",
                 "eval_count", "drift")

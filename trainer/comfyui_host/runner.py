@@ -1,5 +1,5 @@
 """Run ComfyUI workflows headless, in this process (``treerpo run-workflow``); the two workflow
-formats are converted by :mod:`trainer.workflow_format`.
+formats are converted by :mod:`trainer.comfyui_host.workflow_format`.
 
 Running: the pack's rule is that only ``nodes/_comfy.py`` imports ComfyUI. This module is not a node
 but a host of ComfyUI (as ``main.py`` is), so it imports ComfyUI too, from the folder the user
@@ -26,7 +26,7 @@ from typing import Any
 
 from .workflow_format import Definitions, is_ui_workflow, read_workflow, ui_to_api
 
-PACK_ROOT = Path(__file__).resolve().parents[1]  # the checkout: the node pack's folder
+PACK_ROOT = Path(__file__).resolve().parents[2]  # the checkout: the node pack's folder
 def comfyui_root(path: Path | str | None = None) -> Path:
     """``path``, else ``$TREERPO_COMFYUI``, else the checkout's ``.comfyui``; it must hold main.py."""
     root = Path(path or os.environ.get("TREERPO_COMFYUI") or PACK_ROOT / ".comfyui").expanduser()
@@ -126,12 +126,10 @@ def _quiet_logging(verbose: bool) -> Iterator[_Collect]:
 
 
 def _import_comfyui(root: Path) -> None:
-    """Make ``import nodes`` (and ``server``, ``execution``, ``comfy``...) ComfyUI's, not this
-    checkout's ``nodes/`` package, which is on sys.path when run from the repo root."""
-    for name in [m for m in sys.modules if m == "nodes" or m.startswith("nodes.")]:
-        module_file = getattr(sys.modules[name], "__file__", None) or ""
-        if not Path(module_file).resolve().is_relative_to(root):
-            del sys.modules[name]
+    """Put ComfyUI first on ``sys.path`` so ``import nodes`` (and ``server``, ``execution``,
+    ``comfy``...) are ComfyUI's. The pack never imports its own ``nodes/`` as a top-level module
+    (it is ``dynamic_treerpo.nodes`` when installed, ``<folder>.nodes`` inside ComfyUI), so the
+    checkout's folder cannot shadow ComfyUI's module even when run from the repo root."""
     root_text = str(root)
     sys.path[:] = [root_text] + [p for p in sys.path if p != root_text]
     import torch

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_write_text
-from .flow import make_sigmas
-from .loop import Trainer, iteration_plan
-from .train_config import TrainConfig
+from ..config.schema import TrainConfig
+from ..core.flow import make_sigmas
+from ..training.loop import Trainer, iteration_plan
+from ..utils.atomic import atomic_write_text
 
 STRATEGIES = ("dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo")
 BASELINES = ("mixgrpo", "mixgrpo_flash", "dancegrpo")
@@ -137,7 +137,7 @@ def plot(curves: list[Curve], out_png: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from .atomic import atomic_write_bytes
+    from ..utils.atomic import atomic_write_bytes
 
     fig = Figure(figsize=(8.0, 4.5), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from .atomic import atomic_write_bytes, atomic_write_text
+from ..utils.atomic import atomic_write_bytes, atomic_write_text
 
 __all__ = [
     "MetricsCsv",

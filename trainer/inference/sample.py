@@ -7,12 +7,14 @@ from pathlib import Path
 
 import torch
 
-from .evaluate import generate
-from .flow import make_sigmas
-from .logs import save_image_grid
-from .lora import attach_lora, from_comfyui_state, load_diffusers_lora, load_lora_state
-from .lora_formats import kohya_kind, load_kohya_file, read_lora_file
-from .models.embedded import EmbeddedPolicy
+from ..core.flow import make_sigmas
+from ..embedded.policy import EmbeddedPolicy
+from ..lora.adapters import attach_lora, load_lora_state
+from ..lora.files import load_diffusers_lora, load_kohya_file, read_lora_file
+from ..lora.keys import from_comfyui_state
+from ..lora.kohya import kohya_kind
+from ..training.evaluate import generate
+from ..training.logs import save_image_grid
 
 
 def load_lora_file(transformer: torch.nn.Module, path: str | Path) -> None:

@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from .config_io import load_config
-from .loop import Trainer, iteration_plan, iteration_seeds
-from .train_config import TrainConfig
-from .tree import rollout
+from ..config.files import load_config
+from ..config.schema import TrainConfig
+from ..core.tree import rollout
+from ..training.loop import Trainer, iteration_plan, iteration_seeds
 
 LEAVES = {16: ("tree.depth=4", "tree.branching=2"), 64: ("tree.depth=6", "tree.branching=2")}
 
@@ -108,12 +108,12 @@ def sampler(config_path: str | None, overrides: list[str], out: Path) -> dict[st
     result: dict[str, Any] = {"overhead": rollout_overhead(base), "memory": []}
     for leaves, knobs in LEAVES.items():
         args = [*overrides, *one, *knobs]
-        command = [sys.executable, "-m", "trainer.bench_sampler", json.dumps([config_path, args])]
+        command = [sys.executable, "-m", __name__, json.dumps([config_path, args])]
         done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
         if done.returncode != 0:
             raise RuntimeError(f"memory measurement at {leaves} leaves failed: {done.stderr.strip()[-500:]}")
         result["memory"].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    from .atomic import atomic_write_text
+    from ..utils.atomic import atomic_write_text
 
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "sampler.json", json.dumps(result, indent=2) + "\n")

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .embedded.scenes import layout, parse_prompt, render, sample_spec, spec_to_prompt
-from .policy import Policy
-from .rewards.registry import RewardFn
-from .tree import RolloutPlan, StepOp, rollout
+from ..core.tree import RolloutPlan, StepOp, rollout
+from ..embedded.scenes import layout, parse_prompt, render, sample_spec, spec_to_prompt
+from ..models.policy import Policy
+from ..rewards.registry import RewardFn
 
 
 @dataclass(frozen=True)

@@ -23,21 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-
-@dataclass(frozen=True)
-class DistributedConfig:
-    """``backend``: ``auto`` (NCCL with CUDA, else gloo), ``nccl`` or ``gloo``. ``timeout_s``: how
-    long a collective waits for a rank that stopped answering before the run fails (keep it above
-    the longest step between collectives, e.g. an evaluation)."""
-
-    backend: str = "auto"
-    timeout_s: float = 600.0
-
-    def __post_init__(self) -> None:
-        if self.backend not in ("auto", "nccl", "gloo"):
-            raise ValueError(f"distributed.backend must be auto, nccl or gloo, got {self.backend!r}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"distributed.timeout_s must be > 0, got {self.timeout_s}")
+from ..config.schema import DistributedConfig
 
 
 @dataclass(frozen=True)
@@ -152,7 +138,7 @@ def wrap_model(transformer: nn.Module, d: Dist, full_finetune: bool) -> tuple[nn
     if full_finetune:
         from torch.distributed.fsdp import fully_shard
 
-        from .block_checkpoint import transformer_blocks
+        from ..models.block_checkpoint import transformer_blocks
 
         for block in transformer_blocks(transformer):
             fully_shard(block)

@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
+from ..config.schema import TrainConfig
+from ..lora.adapters import lora_state_dict
+from ..models.policy import Policy
 from .logs import finite_numbers
 from .loop import Trainer
-from .lora import lora_state_dict
-from .policy import Policy
-from .train_config import TrainConfig
 
 HISTORY_KEYS = ("reward_mean", "reward_max", "exact_mean", "loss", "grpo_loss", "prm_loss", "kl",
                 "clip_frac", "grad_norm", "iteration_s")

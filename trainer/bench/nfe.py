@@ -10,9 +10,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .flow import make_sigmas
-from .objective import LossConfig, backward_over_tree, prepare_targets
-from .strategies import (
+from ..core.flow import make_sigmas
+from ..core.objective import LossConfig, backward_over_tree, prepare_targets
+from ..core.strategies import (
     DanceGRPOConfig,
     MixGRPOConfig,
     StrategyConfig,
@@ -20,7 +20,7 @@ from .strategies import (
     build_plan,
     closed_form,
 )
-from .tree import rollout
+from ..core.tree import rollout
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
-from .rewards.mix import RewardMix, bind_weights, parse_reward_spec
+from ..rewards.mix import RewardMix, bind_weights, parse_reward_spec
 
 IMAGE_SUFFIXES: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 

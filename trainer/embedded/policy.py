@@ -1,4 +1,4 @@
-"""The embedded default model as a :class:`~trainer.policy.Policy` (pixel space, x0-prediction).
+"""The embedded default model as a :class:`~trainer.models.policy.Policy` (pixel space, x0-prediction).
 
 Loads from a folder laid out like diffusers components (``transformer/``, ``text_encoder/``,
 ``tokenizer/``) plus ``embedded.json`` (see ``embedded/architecture.py``). The weights shipped with
@@ -16,8 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..atomic import atomic_write_text
-from ..embedded.architecture import (
+from ..models.patches import image_ids, pack, unpack
+from ..models.policy import transformer_call
+from ..utils.atomic import atomic_write_text
+from .architecture import (
     EMBEDDED_SPEC,
     MAX_TOKENS,
     PIXEL_UNSHUFFLE,
@@ -25,9 +27,8 @@ from ..embedded.architecture import (
     text_encoder_config,
     transformer_config,
 )
-from ..policy import transformer_call
 
-WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "embedded" / "weights"
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 REQUIRED_FILES = (
     "embedded.json",
     "transformer/config.json",
@@ -48,34 +49,14 @@ def latent_to_image(latents: Tensor) -> Tensor:
     return ((F.pixel_shuffle(latents.float(), PIXEL_UNSHUFFLE) + 1.0) / 2.0).clamp(0.0, 1.0)
 
 
-def pack(latents: Tensor) -> Tensor:
-    """FLUX 2x2 packing: ``[B, C, H, W]`` -> ``[B, H/2 * W/2, 4C]`` tokens."""
-    b, c, h, w = latents.shape
-    x = latents.reshape(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5)
-    return x.reshape(b, (h // 2) * (w // 2), c * 4)
-
-
-def unpack(tokens: Tensor, channels: int, height: int, width: int) -> Tensor:
-    """Inverse of :func:`pack`."""
-    b = tokens.shape[0]
-    x = tokens.reshape(b, height // 2, width // 2, channels, 2, 2).permute(0, 3, 1, 4, 2, 5)
-    return x.reshape(b, channels, height, width)
-
-
-def image_ids(height: int, width: int) -> Tensor:
-    """FLUX positional ids ``(0, row, col)`` of the packed tokens."""
-    rows = torch.arange(height // 2).repeat_interleave(width // 2)
-    cols = torch.arange(width // 2).repeat(height // 2)
-    return torch.stack([torch.zeros_like(rows), rows, cols], dim=1).float()
-
-
 def check_weights_dir(path: Path) -> None:
     """One-line error naming the first missing file and how to get it."""
     for name in REQUIRED_FILES:
         if not (path / name).is_file():
             raise FileNotFoundError(
                 f"embedded model file missing: {path / name} (the project ships it in "
-                "trainer/embedded/weights; rebuild with `python -m trainer.embedded.pretrain`)")
+                "trainer/embedded/weights; rebuild with "
+                "`python -m dynamic_treerpo.trainer.embedded.pretrain`)")
 
 
 def _drop_source_path(config: Path) -> None:

@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
 
-from .atomic import atomic_write_text
+from ..utils.atomic import atomic_write_text
 
 __all__ = [
     "ConfigError",

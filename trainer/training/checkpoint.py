@@ -17,7 +17,7 @@ from typing import Any
 from safetensors.torch import load_file
 from torch import Tensor
 
-from .atomic import atomic_save_safetensors, atomic_torch_save, atomic_write_text, safe_torch_load
+from ..utils.atomic import atomic_save_safetensors, atomic_torch_save, atomic_write_text, safe_torch_load
 
 LATEST = "latest.json"
 

@@ -1,0 +1,1 @@
+"""Commands that use a trained LoRA: sample images, and score image files with the rewards."""

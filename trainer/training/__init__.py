@@ -1,0 +1,1 @@
+"""The headless training run: the loop, evaluation, checkpoints, logs and data-parallel helpers."""

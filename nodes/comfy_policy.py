@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from ..trainer.lora.adapters import detach_lora
 from ..trainer.models.autograd_safe import out_of_place_updates
 from ..trainer.models.block_checkpoint import checkpointed_blocks
+from ..trainer.models.policy import PolicyBase
 from ._comfy import decode_images, denoise, flow_family, load_for_training, prompt_model_conds
 
 DEFAULT_GUIDANCE = {"flux": 3.5, "sd3": 4.5}  # FLUX's guidance embedding; SD3's CFG scale
@@ -49,7 +50,7 @@ def _plain_tensors(module: nn.Module) -> None:
                     sub._buffers[name] = buffer.clone()
 
 
-class ComfyModelPolicy:
+class ComfyModelPolicy(PolicyBase):
     """FLUX (guidance embedding) or SD3 (classifier-free guidance, two forwards per row)."""
 
     def __init__(self, model: Any, clip: Any, vae: Any, latent_shape: Sequence[int],

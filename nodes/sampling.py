@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..trainer.core.flow import SDE_KINDS
 from ..trainer.core.strategies import MixGRPOConfig, TreeConfig, build_plan
 from ..trainer.core.tree import Tree, rollout
 from ..trainer.rewards.mix import RewardMix
@@ -21,7 +22,6 @@ from .inputs import check_rewards, parse_weights
 
 TreeType = io.Custom("TREERPO_TREE")
 CATEGORY = "TreeRPO/sampling"
-SDE_KINDS = ["flow_grpo", "dance", "cps"]
 
 
 @dataclass
@@ -92,7 +92,7 @@ class TreeRPOTreeSampler(io.ComfyNode):
                         "each (noise growing with depth), then ODE: branching^depth leaves per row.",
             inputs=[*_sampling_inputs(),
                     io.Float.Input("noise_growth", default=0.5, min=0.0, max=4.0, step=0.05),
-                    io.Combo.Input("sde_kind", options=SDE_KINDS, default="flow_grpo")],
+                    io.Combo.Input("sde_kind", options=list(SDE_KINDS), default="flow_grpo")],
             outputs=[io.Latent.Output(display_name="leaves"), TreeType.Output(display_name="tree")])
 
     @classmethod
@@ -124,7 +124,7 @@ class TreeRPOFlowSDESampler(io.ComfyNode):
             inputs=[io.Int.Input("window_start", default=0, min=0, max=199),
                     io.Int.Input("window_size", default=4, min=1, max=200),
                     io.Float.Input("noise_level", default=0.7, min=0.0, max=2.0, step=0.05),
-                    io.Combo.Input("sde_kind", options=SDE_KINDS, default="flow_grpo")],
+                    io.Combo.Input("sde_kind", options=list(SDE_KINDS), default="flow_grpo")],
             outputs=[io.Sampler.Output()])
 
     @classmethod

@@ -16,6 +16,7 @@ import torch
 
 from ..trainer.config.files import load_config
 from ..trainer.config.schema import TrainConfig
+from ..trainer.core.strategies import STRATEGIES
 from ..trainer.lora.files import (
     save_comfyui_lora,
     save_comfyui_state,
@@ -47,7 +48,6 @@ from .inputs import check_rewards, parse_lines, parse_weights
 RunType = io.Custom("TREERPO_RUN")
 LoraModelType = io.Custom("LORA_MODEL")  # ComfyUI's own: a state dict in its LoRA keys
 CATEGORY = "TreeRPO/training"
-STRATEGIES = ["dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo"]
 FORMATS = ["comfyui", "diffusers", "kohya"]
 
 
@@ -99,7 +99,7 @@ class TreeRPOTrainLoRA(io.ComfyNode):
                                 tooltip="a reward name, or several with weights: hps-v2.1:0.7,ocr:0.3"),
                 io.String.Input("reward_weights", multiline=True, default="",
                                 tooltip="name=path lines: the local weights of model rewards"),
-                io.Combo.Input("strategy", options=STRATEGIES, default="dynamic_treerpo"),
+                io.Combo.Input("strategy", options=list(STRATEGIES), default="dynamic_treerpo"),
                 io.Int.Input("seed", default=0, min=0, max=2**31 - 1),
                 io.String.Input("settings", multiline=True, default="",
                                 tooltip="key=value lines for any other option, e.g. tree.depth=3 "
@@ -141,7 +141,7 @@ class TreeRPOTrainLoRA(io.ComfyNode):
             policy, shift = embedded_policy_of(model)
             config = node_config(iterations, parse_lines(prompts), reward, weights, strategy, seed, settings)
             run = train_steps(policy.fresh_copy(), config, iterations, previous, on_iteration=on_iteration)
-            lora = comfyui_state(run.lora, run.config.lora.alpha, COMFYUI_PREFIX)
+            lora = comfyui_state(run.weights, run.config.lora.alpha, COMFYUI_PREFIX)
             return io.NodeOutput(embedded_model_patcher(run.policy, shift), run.policy, run, lora)
 
         family = flow_family(model)
@@ -158,7 +158,7 @@ class TreeRPOTrainLoRA(io.ComfyNode):
         policy = ComfyModelPolicy(model.clone(), clip, vae, shape, m.guidance)
         with policy.training(checkpointing=m.gradient_checkpointing):
             run = train_steps(policy, config, iterations, previous, on_iteration=on_iteration)
-        lora = comfyui_state(run.lora, run.config.lora.alpha, COMFYUI_PREFIX)
+        lora = comfyui_state(run.weights, run.config.lora.alpha, COMFYUI_PREFIX)
         trained = lora_patched(model, lora)
         trained.model_options[TRAINED_MARK] = True
         return io.NodeOutput(trained, None, run, lora)
@@ -219,10 +219,10 @@ def save_native_lora(path: Path, run: TrainingState, format: str) -> Path:
     diffusers module names (fused layers split exactly)."""
     alpha, rank = run.config.lora.alpha, run.config.lora.rank
     if format == "comfyui":
-        return save_comfyui_state(path, run.lora, rank, alpha)
+        return save_comfyui_state(path, run.weights, rank, alpha)
     if format == "kohya":
-        return save_kohya_file(path, run.lora, alpha=alpha, kind="native")
-    return save_diffusers_state(path, *native_to_diffusers(run.lora, alpha, run.policy.family))
+        return save_kohya_file(path, run.weights, alpha=alpha, kind="native")
+    return save_diffusers_state(path, *native_to_diffusers(run.weights, alpha, run.policy.family))
 
 
 class TreeRPOPlotHistory(io.ComfyNode):

@@ -1,4 +1,5 @@
-"""Node values and advantages computed by hand on a small tree (ALGORITHM.md section 3)."""
+"""Node values and advantages computed by hand on a small tree (docs/algorithm.md, "Values and
+advantages")."""
 
 from __future__ import annotations
 

@@ -327,3 +327,72 @@ def test_to_dict_is_plain_data() -> None:
     yaml.safe_dump(data)  # no Python-specific tags needed
     with pytest.raises(TypeError):
         to_dict(Run)
+
+
+# ------------------------------------------------------------------ the experimental: section
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def _train_config(data: dict, tmp_path: Path):
+    from dynamic_treerpo.trainer.config.schema import TrainConfig
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_config(TrainConfig, path)
+
+
+def test_the_shipped_configs_keep_experimental_options_in_their_own_section(capsys) -> None:
+    from dynamic_treerpo.trainer.config.schema import EXPERIMENTAL_OPTIONS, TrainConfig
+
+    for path in sorted(CONFIGS.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        for option in EXPERIMENTAL_OPTIONS:
+            section, key = option.split(".")
+            assert key not in (data.get(section) or {}), f"{path.name}: {option} outside experimental:"
+        load_config(TrainConfig, path)
+    assert capsys.readouterr().err == ""  # no note: nothing in an old place
+    default = yaml.safe_load((CONFIGS / "default.yaml").read_text())
+    assert set(default["experimental"]) == {"tree", "mixgrpo", "dancegrpo", "loss"}
+    assert to_dict(load_config(TrainConfig, CONFIGS / "default.yaml")) == to_dict(TrainConfig())
+
+
+def test_a_config_of_the_old_layout_loads_with_one_note(tmp_path: Path, capsys) -> None:
+    old = {"tree": {"noise_pool": 4, "depth": 2},
+           "loss": {"step_scale": "score", "clip": {"scale": 3.0, "mode": "fixed"}}}
+    config = _train_config(old, tmp_path)
+    assert (config.tree.noise_pool, config.tree.depth, config.loss.step_scale) == (4, 2, "score")
+    assert config.loss.clip.mode == "fixed" and config.loss.clip.scale == 1.0
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1
+    assert "tree.noise_pool -> experimental.tree.noise_pool" in lines[0]
+    assert "loss.step_scale -> experimental.loss.step_scale" in lines[0]
+    assert "loss.clip.scale" in lines[0]
+
+
+def test_experimental_options_round_trip_through_their_section(tmp_path: Path, capsys) -> None:
+    from dynamic_treerpo.trainer.config.schema import TrainConfig
+
+    config = load_config(TrainConfig, None, ["experimental.tree.noise_pool=8",
+                                             "experimental.loss.advantage_baseline=parent"])
+    assert config.tree.noise_pool == 8 and config.loss.advantage_baseline == "parent"
+    save_config(config, tmp_path / "saved.yaml")
+    saved = yaml.safe_load((tmp_path / "saved.yaml").read_text())
+    assert saved["experimental"]["tree"] == {"antithetic": False, "noise_pool": 8}
+    assert "noise_pool" not in saved["tree"] and "scale" not in saved["loss"]["clip"]
+    assert load_config(TrainConfig, tmp_path / "saved.yaml") == config
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["experimental.tree.noise_poll=4"],
+     "unknown key 'experimental.tree.noise_poll' (did you mean 'experimental.tree.noise_pool'?)"),
+    (["experimental.tree.noise_pool=4", "tree.noise_pool=2"],
+     "'tree.noise_pool' and 'experimental.tree.noise_pool' are the same option: set only "
+     "'experimental.tree.noise_pool'"),
+])
+def test_experimental_mistakes_are_one_line(overrides: list[str], message: str) -> None:
+    from dynamic_treerpo.trainer.config.schema import TrainConfig
+
+    with pytest.raises(ConfigError) as err:
+        load_config(TrainConfig, None, overrides)
+    assert str(err.value) == message

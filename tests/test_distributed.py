@@ -49,7 +49,7 @@ def _free_port() -> int:
 
 
 def lora_at(run: Path, iteration: int) -> dict[str, torch.Tensor]:
-    return load_file(run / "checkpoints" / f"iter_{iteration:06d}" / "lora.safetensors")
+    return load_file(run / "checkpoints" / f"iter_{iteration:06d}" / "weights.safetensors")
 
 
 def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

@@ -1,4 +1,4 @@
-"""Schedules and single steps of the flow-matching SDE (ALGORITHM.md section 1)."""
+"""Schedules and single steps of the flow-matching SDE (docs/algorithm.md, "Flow matching and steps")."""
 
 from __future__ import annotations
 

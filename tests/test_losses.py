@@ -1,4 +1,4 @@
-"""Loss terms by hand, and the training pass on a tiny model (ALGORITHM.md section 4)."""
+"""Loss terms by hand, and the training pass on a tiny model (docs/algorithm.md, "Loss")."""
 
 from __future__ import annotations
 

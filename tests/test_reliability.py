@@ -46,7 +46,7 @@ def launch(out: Path, *extra: str, resume: bool = False) -> subprocess.Popen:
 
 
 def final_lora(run: Path, iteration: int) -> dict[str, torch.Tensor]:
-    return load_file(run / "checkpoints" / f"iter_{iteration:06d}" / "lora.safetensors")
+    return load_file(run / "checkpoints" / f"iter_{iteration:06d}" / "weights.safetensors")
 
 
 def saved_iteration(run: Path) -> int:
@@ -143,7 +143,7 @@ def test_too_many_non_finite_updates_in_a_row_stop_with_a_usable_checkpoint(pois
         run_training(config, run, progress=False)
     latest = load_latest(run / "checkpoints")
     assert latest is not None and latest.iteration == 2  # iteration 3 stopped the run (2 x 2 updates)
-    assert all(torch.isfinite(v).all() for v in latest.lora.values())
+    assert all(torch.isfinite(v).all() for v in latest.weights.values())
     rows = list(csv.DictReader((run / "metrics.csv").open()))
     assert rows[-1]["iteration"] == "3" and rows[-1]["skipped_updates"] == "2"
 
@@ -215,8 +215,8 @@ def test_a_damaged_newest_checkpoint_is_detected_and_the_previous_one_used(damag
     newest = run / "checkpoints" / "iter_000002"
     marker = tmp_path / "payload_ran"
     if damage == "truncated LoRA":
-        data = (newest / "lora.safetensors").read_bytes()
-        (newest / "lora.safetensors").write_bytes(data[: len(data) // 2])
+        data = (newest / "weights.safetensors").read_bytes()
+        (newest / "weights.safetensors").write_bytes(data[: len(data) // 2])
     else:
         import pickle
 
@@ -247,3 +247,15 @@ def test_config_overrides_of_anything_raise_only_one_line_errors(overrides: list
         load_config(TrainConfig, None, overrides)
     except (ValueError, TypeError) as err:
         assert str(err).strip() and "\n" not in str(err).strip()
+
+
+def test_a_checkpoint_of_an_earlier_version_with_lora_safetensors_still_loads(tmp_path: Path) -> None:
+    """Checkpoints named their weights file ``lora.safetensors`` before full fine-tuning shared it."""
+    from dynamic_treerpo.trainer.training.checkpoint import save_checkpoint
+
+    weights = {"a.lora_A.weight": torch.arange(6.0).reshape(2, 3)}
+    folder = save_checkpoint(tmp_path, 3, weights, {"state": {}}, {"clip_ema": 0.5})
+    (folder / "weights.safetensors").rename(folder / "lora.safetensors")
+    loaded = load_latest(tmp_path)
+    assert loaded.iteration == 3
+    assert torch.equal(loaded.weights["a.lora_A.weight"], weights["a.lora_A.weight"])

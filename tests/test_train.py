@@ -52,7 +52,7 @@ def two_iterations(tmp_path_factory) -> Path:
 def test_a_short_run_writes_every_artefact(two_iterations: Path) -> None:
     run = two_iterations
     for name in ("config.yaml", "metrics.csv", "summary.json", "checkpoints/latest.json",
-                 "checkpoints/iter_000002/lora.safetensors", "checkpoints/iter_000002/optimizer.pt",
+                 "checkpoints/iter_000002/weights.safetensors", "checkpoints/iter_000002/optimizer.pt",
                  "checkpoints/iter_000002/state.pt", "lora/comfyui_lora.safetensors",
                  "lora/pytorch_lora_weights.safetensors", "lora/kohya_lora.safetensors",
                  "plots/reward.png", "samples/before.png",
@@ -91,7 +91,7 @@ def test_exported_lora_reproduces_the_trained_model(two_iterations: Path, fmt: s
 
     trained = EmbeddedPolicy.from_pretrained()
     attach_lora(trained.transformer, 4, 8.0, TrainConfig().lora.targets)
-    ckpt = two_iterations / "checkpoints/iter_000002/lora.safetensors"
+    ckpt = two_iterations / "checkpoints/iter_000002/weights.safetensors"
     load_lora_state(trained.transformer, load_file(ckpt))
     expected = _transformer_output(trained.transformer)
     base = _transformer_output(EmbeddedPolicy.from_pretrained().transformer)
@@ -117,8 +117,8 @@ def test_resume_equals_uninterrupted(tmp_path: Path) -> None:
     run_training(_config("iterations=2"), split, progress=False)
     config = resolve_config(None, ["iterations=4"], split, resume=True)
     run_training(config, split, resume=True, progress=False)
-    a = load_file(straight / "checkpoints/iter_000004/lora.safetensors")
-    b = load_file(split / "checkpoints/iter_000004/lora.safetensors")
+    a = load_file(straight / "checkpoints/iter_000004/weights.safetensors")
+    b = load_file(split / "checkpoints/iter_000004/weights.safetensors")
     assert a.keys() == b.keys()
     for key in a:
         assert (a[key] - b[key]).abs().max() <= 1e-6, key
@@ -142,8 +142,8 @@ def test_cli_bad_key_is_one_line(tmp_path: Path) -> None:
 
 def test_a_noise_pool_that_does_not_fit_the_image_fails_before_training(tmp_path: Path) -> None:
     out = subprocess.run([*TREERPO, "train", "--out", str(tmp_path / "r"),
-                          "--set", "tree.noise_pool=3"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+                          "--set", "experimental.tree.noise_pool=3"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1] == (
         "treerpo train: error: noise pool 3 does not divide the 64x64 image grid")
@@ -212,8 +212,8 @@ def test_full_fine_tuning_trains_every_weight_exports_a_transformer_and_resumes(
     run_training(_config("iterations=1", *full), split, progress=False)
     run_training(resolve_config(None, ["iterations=2"], split, resume=True), split, resume=True,
                  progress=False)
-    a = load_file(straight / "checkpoints/iter_000002/lora.safetensors")
-    b = load_file(split / "checkpoints/iter_000002/lora.safetensors")
+    a = load_file(straight / "checkpoints/iter_000002/weights.safetensors")
+    b = load_file(split / "checkpoints/iter_000002/weights.safetensors")
     assert a.keys() == b.keys() and len(a) == len(dict(base.named_parameters()))
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
 
@@ -250,8 +250,8 @@ def test_training_steps_continue_as_one_run_and_leave_the_given_model_alone() ->
     second = train_steps(base.fresh_copy(), config, 1, previous=first)
     assert second.iterations_done == 2 and len(second.history) == 2
     assert [r["reward_mean"] for r in second.history] == [r["reward_mean"] for r in whole.history]
-    for key, value in whole.lora.items():
-        assert (value - second.lora[key]).abs().max() <= 1e-6, key
+    for key, value in whole.weights.items():
+        assert (value - second.weights[key]).abs().max() <= 1e-6, key
     assert all(torch.equal(v, base.transformer.state_dict()[k]) for k, v in before.items())
     with pytest.raises(ValueError, match="cannot continue a run with another seed"):
         train_steps(base.fresh_copy(), _config("iterations=2", "seed=1"), 1, previous=first)

@@ -61,7 +61,7 @@ def test_a_run_on_a_diffusers_folder_exports_a_lora_the_pipeline_loads(kind: str
     from dynamic_treerpo.trainer.training.checkpoint import load_latest
 
     ckpt = load_latest(run / "checkpoints")
-    resumed.restore(ckpt.lora, ckpt.optimizer, ckpt.state)
+    resumed.restore(ckpt.weights, ckpt.optimizer, ckpt.state)
     policy = resumed.policy
     policy.transformer.requires_grad_(False)
     base = Trainer(config).policy

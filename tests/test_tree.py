@@ -1,4 +1,4 @@
-"""The rollout engine: shared trunks, branching, determinism, batching (ALGORITHM.md section 2)."""
+"""The rollout engine: shared trunks, branching, determinism, batching (docs/algorithm.md, "Tree rollout")."""
 
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .bench.nfe import NfeSettings, format_table, nfe_table
+from .bench.nfe import PAPER_TREE, format_table, nfe_table, strategy_configs
+from .core.strategies import DanceGRPOConfig, MixGRPOConfig, TreeConfig
 from .utils.atomic import one_line
 
 
@@ -17,16 +18,16 @@ def _add_nfe(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("nfe", help="forwards per iteration and per scored image, per strategy",
                        description="Count model forwards of every strategy by running the sampler "
                                    "on a cheap velocity function, beside the closed form.")
-    d = NfeSettings()
+    d, mix, dance = PAPER_TREE, MixGRPOConfig(), DanceGRPOConfig()
     p.add_argument("--T", type=int, default=d.steps, help="sampling steps (default %(default)s)")
     p.add_argument("--l", type=int, default=d.window_start, help="window start (default %(default)s)")
     p.add_argument("--d", type=int, default=d.depth, help="tree depth (default %(default)s)")
     p.add_argument("--b", type=int, default=d.branching, help="branching (default %(default)s)")
     p.add_argument("--M", type=int, default=d.trees_per_prompt, help="trees per prompt (default %(default)s)")
-    p.add_argument("--W", type=int, default=d.window_size, help="MixGRPO window (default %(default)s)")
+    p.add_argument("--W", type=int, default=mix.window_size, help="MixGRPO window (default %(default)s)")
     p.add_argument("--G", type=int, default=None,
                    help="group size of the baselines (default: M*b^d, the tree's image count)")
-    p.add_argument("--f", type=float, default=d.train_fraction,
+    p.add_argument("--f", type=float, default=dance.train_fraction,
                    help="DanceGRPO trained fraction (default %(default)s)")
     p.add_argument("--c", type=float, default=d.tail_compression,
                    help="MixGRPO-Flash tail compression (default %(default)s)")
@@ -35,10 +36,10 @@ def _add_nfe(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_nfe(args: argparse.Namespace) -> int:
-    settings = NfeSettings(steps=args.T, window_start=args.l, depth=args.d, branching=args.b,
-                           trees_per_prompt=args.M, window_size=args.W, group_size=args.G,
-                           train_fraction=args.f, tail_compression=args.c)
-    rows = nfe_table(settings)
+    tree = TreeConfig(steps=args.T, window_start=args.l, depth=args.d, branching=args.b,
+                      trees_per_prompt=args.M, tail_compression=args.c)
+    rows = nfe_table(strategy_configs(tree, MixGRPOConfig(window_size=args.W),
+                                      DanceGRPOConfig(train_fraction=args.f), args.G))
     print(json.dumps(rows, indent=2) if args.json else format_table(rows))
     return 0
 

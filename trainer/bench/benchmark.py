@@ -17,10 +17,10 @@ from typing import Any
 
 from ..config.schema import TrainConfig
 from ..core.flow import make_sigmas
+from ..core.strategies import STRATEGIES
 from ..training.loop import Trainer, iteration_plan
 from ..utils.atomic import atomic_write_text
 
-STRATEGIES = ("dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo")
 BASELINES = ("mixgrpo", "mixgrpo_flash", "dancegrpo")
 
 

@@ -1,12 +1,12 @@
 """Forward counts of every strategy, measured by running the sampler and the training pass.
 
 A cheap linear velocity stands in for the model: the counts depend only on the plan. Each row
-puts the measured rollout count beside the closed form of ALGORITHM.md section 6.
+puts the measured rollout count beside the closed form of docs/algorithm.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
@@ -22,32 +22,22 @@ from ..core.strategies import (
 )
 from ..core.tree import rollout
 
-
-@dataclass(frozen=True)
-class NfeSettings:
-    """The knobs of ``treerpo nfe``; ``group_size`` None means as many images as the tree."""
-
-    steps: int = 25
-    window_start: int = 10
-    depth: int = 4
-    branching: int = 2
-    trees_per_prompt: int = 1
-    window_size: int = 4
-    group_size: int | None = None
-    train_fraction: float = 0.6
-    tail_compression: float = 0.4
+# the example of docs/algorithm.md's forward counts: T = 25, window at 10, depth 4, binary branching
+PAPER_TREE = TreeConfig(steps=25, window_start=10, depth=4, branching=2)
 
 
-def strategy_configs(s: NfeSettings) -> dict[str, StrategyConfig]:
-    """The compared strategies at the same steps, window start and (default) scored images."""
-    tree = TreeConfig(steps=s.steps, window_start=s.window_start, depth=s.depth,
-                      branching=s.branching, trees_per_prompt=s.trees_per_prompt,
-                      tail_compression=s.tail_compression)
-    g = s.group_size or tree.trees_per_prompt * tree.leaves_per_tree
-    mix = MixGRPOConfig(steps=s.steps, window_start=s.window_start, window_size=s.window_size,
-                        group_size=g, tail_compression=s.tail_compression)
+def strategy_configs(tree: TreeConfig = PAPER_TREE, mixgrpo: MixGRPOConfig | None = None,
+                     dancegrpo: DanceGRPOConfig | None = None,
+                     group_size: int | None = None) -> dict[str, StrategyConfig]:
+    """The compared strategies at the tree's steps, window start and tail compression; the baselines
+    keep their own knobs (MixGRPO's window size, DanceGRPO's trained fraction) from their configs.
+    ``group_size`` None: as many images per prompt as the tree scores."""
+    g = group_size or tree.trees_per_prompt * tree.leaves_per_tree
+    mix = replace(mixgrpo or MixGRPOConfig(), steps=tree.steps, window_start=tree.window_start,
+                  group_size=g, tail_compression=tree.tail_compression)
+    dance = replace(dancegrpo or DanceGRPOConfig(), steps=tree.steps, group_size=g)
     return {
-        "dancegrpo": DanceGRPOConfig(steps=s.steps, group_size=g, train_fraction=s.train_fraction),
+        "dancegrpo": dance,
         "mixgrpo": mix,
         "mixgrpo_shared_trunk": replace(mix, share_trunk=True),
         "mixgrpo_flash": replace(mix, flash=True),
@@ -81,10 +71,9 @@ def measure(config: StrategyConfig, steps: int) -> dict[str, float | int | str]:
     }
 
 
-def nfe_table(settings: NfeSettings) -> list[dict[str, float | int | str]]:
-    """One row per strategy (``strategy`` key first)."""
-    return [{"strategy": name, **measure(cfg, settings.steps)}
-            for name, cfg in strategy_configs(settings).items()]
+def nfe_table(configs: dict[str, StrategyConfig]) -> list[dict[str, float | int | str]]:
+    """One row per strategy of :func:`strategy_configs` (``strategy`` key first)."""
+    return [{"strategy": name, **measure(cfg, cfg.steps)} for name, cfg in configs.items()]
 
 
 def format_table(rows: list[dict[str, float | int | str]]) -> str:

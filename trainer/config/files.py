@@ -22,6 +22,8 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 import yaml
 
 from ..utils.atomic import atomic_write_text
+from .errors import ConfigError
+from .layout import YamlLayout
 
 __all__ = [
     "ConfigError",
@@ -38,13 +40,6 @@ T = TypeVar("T")
 # PyYAML follows YAML 1.1, which reads ``1e-4`` (no dot) as a string; float fields accept such text.
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 _MAX_REPR = 60
-
-
-class ConfigError(ValueError):
-    """A bad config value, key or file; the message is one line and names the dotted key."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(part.strip() for part in str(message).splitlines() if part.strip()))
 
 
 class _Mismatch(ConfigError):
@@ -350,14 +345,26 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def _layout(cls: type) -> YamlLayout | None:
+    """A config class's :class:`~.layout.YamlLayout` (its ``yaml_layout`` class variable), if any."""
+    layout = getattr(cls, "yaml_layout", None)
+    return layout if isinstance(layout, YamlLayout) else None
+
+
 def load_config(cls: type[T], path: str | os.PathLike[str] | None,
                 overrides: Sequence[str] = ()) -> T:
-    """Defaults of ``cls``, then the YAML file (if any), then ``overrides``, checked and built."""
-    data = _read_yaml(Path(path)) if path is not None else {}
-    return from_dict(cls, apply_overrides(data, overrides))
+    """Defaults of ``cls``, then the YAML file (if any), then ``overrides``, checked and built;
+    keys the class's YAML layout places elsewhere (``experimental:``) are read from there."""
+    data = apply_overrides(_read_yaml(Path(path)) if path is not None else {}, overrides)
+    layout = _layout(cls)
+    return from_dict(cls, layout.read(data) if layout is not None else data)
 
 
 def save_config(obj: Any, path: str | os.PathLike[str]) -> None:
     """Write the resolved config as YAML (atomically), in field order, so a run can be reproduced."""
-    text = yaml.safe_dump(to_dict(obj), sort_keys=False, allow_unicode=True, default_flow_style=False)
+    data = to_dict(obj)
+    layout = _layout(type(obj))
+    if layout is not None:
+        data = layout.write(data)
+    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
     atomic_write_text(path, text)

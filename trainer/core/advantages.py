@@ -1,4 +1,4 @@
-"""Node values and advantages on a tree (ALGORITHM.md section 3). Pure tensor functions.
+"""Node values and advantages on a tree (docs/algorithm.md, "Values and advantages"). Pure tensor functions.
 
 Leaf value = reward (several rewards: each normalised within its prompt's group, then a weighted
 sum). A node's value is the max [choice, default] or mean of its descendant leaves; the
@@ -24,7 +24,7 @@ AdvantageScale = Literal["std", "none"]
 rewards barely differ (late steps of the schedule) gives a small gradient instead of unit-size
 advantages made of noise."""
 AdvantageBaseline = Literal["depth", "parent"]
-"""``depth`` (ALGORITHM.md): a node's value against every node of its prompt and depth. ``parent``:
+"""``depth`` (docs/algorithm.md): a node's value against every node of its prompt and depth. ``parent``:
 against its siblings' mean (the value of the state it was sampled from), so differences made by
 earlier branchings are not credited to this step; the result is scaled by its spread over the
 prompt and depth, as ``depth`` is."""

@@ -2,15 +2,16 @@
 
 Everything here is a pure function of tensors. The step math always runs in float32, whatever
 dtype the model returns, because the SDE log-probabilities are differences of tiny numbers.
-Conventions (ALGORITHM.md section 1): ``x_s = (1 - s) x0 + s eps``, ``s = 1`` is pure noise,
-the model predicts ``v ~ eps - x0``, a step goes from ``sigma`` to ``sigma_next < sigma``.
+Conventions (docs/algorithm.md, "Flow matching and steps"): ``x_s = (1 - s) x0 + s eps``,
+``s = 1`` is pure noise, the model predicts ``v ~ eps - x0``, a step goes from ``sigma`` to
+``sigma_next < sigma``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +19,7 @@ from torch import Tensor
 
 ScheduleKind = Literal["linear", "shift", "flux"]
 SdeKind = Literal["flow_grpo", "dance", "cps"]
-SDE_KINDS: tuple[str, ...] = ("flow_grpo", "dance", "cps")
+SDE_KINDS: tuple[str, ...] = get_args(SdeKind)
 SCHEDULE_KINDS: tuple[str, ...] = ("linear", "shift", "flux")
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)

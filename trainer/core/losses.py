@@ -1,4 +1,4 @@
-"""Loss terms (ALGORITHM.md section 4), each a pure function of per-edge or per-forward tensors.
+"""Loss terms (docs/algorithm.md, "Loss"), each a pure function of per-edge or per-forward tensors.
 
 GRPO with reward-guided dynamic clipping: the clip bound of an edge grows with its advantage,
 ``eps(e) = eps_low + (eps_high - eps_low) * sigmoid(eta * A(e))``. LayerTuning-RL: a regression

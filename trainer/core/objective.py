@@ -58,12 +58,12 @@ PrmScale = Literal["logprob", "velocity"]
 """``logprob``: the LayerTuning term in the GRPO term's units, the element-averaged Gaussian
 negative log-likelihood (a KL between equal-std Gaussians) of the step the target velocity would
 take under the step the model takes. Without it the velocity MSE's gradient is hundreds of times
-the policy gradient's and, with Adam, drowns it. ``velocity``: the raw MSE of ALGORITHM.md."""
+the policy gradient's and, with Adam, drowns it. ``velocity``: the raw MSE of docs/algorithm.md."""
 
 
 @dataclass(frozen=True)
 class LossConfig:
-    """Every option of the loss, with the defaults of ALGORITHM.md (sections 3 and 4)."""
+    """Every option of the loss, with the defaults of docs/algorithm.md (sections 3 and 4)."""
 
     advantage: AdvantageMode = "tree"
     advantage_scale: AdvantageScale = "std"

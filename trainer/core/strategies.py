@@ -1,8 +1,8 @@
 """Strategies as rollout plans: Dynamic-TreeRPO, MixGRPO (+ trunk sharing, + Flash), DanceGRPO.
 
-Each strategy has a typed config with the defaults of ALGORITHM.md and a ``plan`` function that
+Each strategy has a typed config with the defaults of docs/algorithm.md and a ``plan`` function that
 turns it, a sigma grid and a window start into a :class:`RolloutPlan`. The closed-form forward
-counts of ALGORITHM.md section 6 live here too, so tests can check the sampler against them.
+counts of docs/algorithm.md, "Compute accounting" live here too, so tests can check the sampler against them.
 """
 
 from __future__ import annotations
@@ -10,22 +10,23 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 from torch import Tensor
 
-from .flow import NoiseSubspace
+from .flow import NoiseSubspace, SdeKind
 from .tree import RolloutPlan, StepOp
 
 Tail = Literal["euler", "dpm2m"]
 WindowSchedule = Literal["progressive", "random", "fixed"]
-STRATEGIES: tuple[str, ...] = ("dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo")
+Strategy = Literal["dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo"]
+STRATEGIES: tuple[str, ...] = get_args(Strategy)  # the one list: config, nodes and benchmarks read it
 
 
 @dataclass(frozen=True)
 class TreeConfig:
-    """Dynamic-TreeRPO sampling (ALGORITHM.md section 2).
+    """Dynamic-TreeRPO sampling (docs/algorithm.md, "Tree rollout").
 
     ``window_start`` l, ``depth`` d (paper: 4), ``branching`` b (paper: 2), ``trees_per_prompt``
     M; noise level of layer k is ``min(noise_level * (1 + noise_growth * k / (d - 1)), noise_max)``
@@ -44,7 +45,7 @@ class TreeConfig:
     noise_level: float = 0.6
     noise_growth: float = 0.5
     noise_max: float = 1.0
-    sde_kind: str = "flow_grpo"
+    sde_kind: SdeKind = "flow_grpo"
     tail: Tail = "euler"
     tail_compression: float = 0.4
     antithetic: bool = False
@@ -75,7 +76,7 @@ class MixGRPOConfig:
     window_size: int = 4
     group_size: int = 12
     noise_level: float = 0.7
-    sde_kind: str = "flow_grpo"
+    sde_kind: SdeKind = "flow_grpo"
     share_trunk: bool = False
     flash: bool = False
     tail_compression: float = 0.4
@@ -97,7 +98,7 @@ class DanceGRPOConfig:
     eta: float = 0.3
     train_fraction: float = 0.6
     share_initial_noise: bool = True
-    sde_kind: str = "dance"
+    sde_kind: SdeKind = "dance"
     noise_pool: int = 1
 
 
@@ -266,7 +267,7 @@ def window_start(iteration: int, schedule: WindowSchedule, start: int, max_start
 # ------------------------------------------------------------------------------ closed forms
 @dataclass(frozen=True)
 class ComputeCount:
-    """Forwards of one iteration for one prompt, in closed form (ALGORITHM.md section 6)."""
+    """Forwards of one iteration for one prompt, in closed form (docs/algorithm.md, "Compute accounting")."""
 
     rollout_nfe: int
     train_nfe: int

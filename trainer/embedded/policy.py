@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..models.patches import image_ids, pack, unpack
-from ..models.policy import transformer_call
+from ..models.policy import PolicyBase
 from ..utils.atomic import atomic_write_text
 from .architecture import (
     EMBEDDED_SPEC,
@@ -66,7 +66,7 @@ def _drop_source_path(config: Path) -> None:
         atomic_write_text(config, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-class EmbeddedPolicy(nn.Module):
+class EmbeddedPolicy(PolicyBase, nn.Module):
     """Transformer + text encoder + tokenizer of the embedded default, as a Policy."""
 
     def __init__(self, transformer: nn.Module, text_encoder: nn.Module, tokenizer: Any,
@@ -79,6 +79,7 @@ class EmbeddedPolicy(nn.Module):
         self.latent_shape: tuple[int, ...] = tuple(self.spec["latent_shape"])
         # pixel space: the latent is the image pixel-unshuffled (pooled SDE noise pools pixels)
         self.latent_unshuffle = PIXEL_UNSHUFFLE
+        self.image_tokens = (self.latent_shape[1] // 2) * (self.latent_shape[2] // 2)  # 2x2 patches
         self.min_sigma = float(self.spec["min_sigma"])
         self._cache: dict[str, tuple[Tensor, Tensor]] = {}
         self.source: Path | None = None  # the folder it was loaded from (fresh_copy reloads it)
@@ -187,7 +188,7 @@ class EmbeddedPolicy(nn.Module):
         _, c, h, w = x.shape
         dtype = next(self.transformer.parameters()).dtype
         text = cond["text"]
-        out = transformer_call(self)(
+        out = self.transformer_forward()(
             hidden_states=pack(x).to(dtype),
             encoder_hidden_states=text.to(dtype),
             pooled_projections=cond["pooled"].to(dtype),

@@ -288,14 +288,6 @@ def shape_mask(shape: str, cx: float, cy: float, size: float, res: int = IMAGE_S
     return inside_shape(shape, xs - np.float32(cx), ys - np.float32(cy), np.float32(size))
 
 
-def region_of_point(x: float, y: float, res: int = IMAGE_SIZE) -> set[str]:
-    """Region words whose half-image contains the point."""
-    half = res / 2.0
-    out = {"on the left" if x < half else "on the right"}
-    out.add("at the top" if y < half else "at the bottom")
-    return out
-
-
 # ---------------------------------------------------------------- layout and render
 
 

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .policy import PolicyBase
+
 PromptEncoder = Callable[[list[str]], dict[str, Tensor]]
 """``prompts -> {name: [len(prompts), ...]}``: conditioning of distinct prompts, one row each."""
 
@@ -300,8 +302,8 @@ def vae_encode(vae: nn.Module, images: Tensor, batch: int, offload: Offload) -> 
 
 
 # ------------------------------------------------------------------------------ the shared policy
-class DiffusersPolicy(nn.Module):
-    """Family-independent half of a diffusers :class:`~trainer.policy.Policy`.
+class DiffusersPolicy(PolicyBase, nn.Module):
+    """Family-independent half of a diffusers :class:`~trainer.models.policy.Policy`.
 
     Subclasses set ``cache_keys``, implement ``_encode_text`` (the built-in text encoders) and
     ``velocity``. Only the transformer trains: ``train()``/``eval()`` leave the text encoders and
@@ -310,7 +312,6 @@ class DiffusersPolicy(nn.Module):
     """
 
     cache_keys: tuple[str, ...] = ()
-    latent_unshuffle = 1
 
     def __init__(self, transformer: nn.Module, vae: nn.Module | None, *, height: int, width: int,
                  latent_channels: int, text_modules: Sequence[nn.Module | None],

@@ -38,7 +38,6 @@ from .diffusers_common import (
     require_tokenizer,
 )
 from .patches import image_ids, pack, unpack
-from .policy import transformer_call
 
 FLUX_SOURCE = ModelSource(
     family="FLUX.1",
@@ -61,7 +60,6 @@ class FluxPolicy(DiffusersPolicy):
     """
 
     cache_keys = ("prompt_embeds", "pooled_prompt_embeds")
-    forwards_per_row = 1
 
     def __init__(self, transformer: nn.Module, vae: nn.Module | None = None, *, height: int, width: int,
                  text_encoder: nn.Module | None = None, tokenizer=None,
@@ -161,7 +159,7 @@ class FluxPolicy(DiffusersPolicy):
         guidance = None
         if self.transformer.config.guidance_embeds:
             guidance = torch.full((b,), self.guidance, device=dev, dtype=torch.float32)
-        out = transformer_call(self)(
+        out = self.transformer_forward()(
             hidden_states=pack(x.to(dev, torch.float32)).to(dtype),
             timestep=timestep,
             guidance=guidance,

@@ -43,7 +43,6 @@ from .diffusers_common import (
     require_model,
     require_tokenizer,
 )
-from .policy import transformer_call
 
 SD3_SOURCE = ModelSource(
     family="SD3",
@@ -213,7 +212,7 @@ class SD3Policy(DiffusersPolicy):
             pooled = torch.cat([neg["pooled_prompt_embeds"].to(dtype).expand(b, -1), pooled])
             hidden = torch.cat([hidden, hidden])
             timestep = torch.cat([timestep, timestep])
-        out = transformer_call(self)(hidden_states=hidden, timestep=timestep, encoder_hidden_states=text,
+        out = self.transformer_forward()(hidden_states=hidden, timestep=timestep, encoder_hidden_states=text,
                                pooled_projections=pooled, return_dict=False)[0].float()
         if self.cfg:
             v_uncond, v_cond = out.chunk(2)

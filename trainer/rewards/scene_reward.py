@@ -226,11 +226,6 @@ def fit_blob_ious(
     return out
 
 
-def fit_shape_ious(xs: np.ndarray, ys: np.ndarray, res: int = IMAGE_SIZE) -> np.ndarray:
-    """Best IoU of one blob (its pixel-centre coordinates) against each ideal shape."""
-    return fit_blob_ious(xs, ys, np.zeros(len(xs), dtype=np.int64), res)[0]
-
-
 def shape_score(ious: np.ndarray, shape: str) -> float:
     """Credit for `shape` given IoUs against all shapes.
 

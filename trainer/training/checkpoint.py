@@ -1,6 +1,6 @@
-"""Checkpoints of a training run: LoRA, optimizer, run state; written atomically, resumable.
+"""Checkpoints of a training run: trained weights, optimizer, run state; written atomically, resumable.
 
-Layout: ``checkpoints/iter_000025/{lora.safetensors, optimizer.pt, state.pt}`` and
+Layout: ``checkpoints/iter_000025/{weights.safetensors, optimizer.pt, state.pt}`` and
 ``checkpoints/latest.json`` naming the newest complete one (written last, atomically). Loading
 falls back to an older checkpoint when the newest is unreadable, and never runs pickled code.
 """
@@ -20,12 +20,14 @@ from torch import Tensor
 from ..utils.atomic import atomic_save_safetensors, atomic_torch_save, atomic_write_text, safe_torch_load
 
 LATEST = "latest.json"
+WEIGHTS = "weights.safetensors"
+OLD_WEIGHTS = "lora.safetensors"  # the name before full fine-tuning shared the file; still read
 
 
 @dataclass
 class Checkpoint:
     iteration: int
-    lora: dict[str, Tensor]
+    weights: dict[str, Tensor]  # the LoRA, or every weight of a full fine-tuning
     optimizer: dict[str, Any]
     state: dict[str, Any]
     folder: Path
@@ -35,13 +37,13 @@ def _folder(root: Path, iteration: int) -> Path:
     return root / f"iter_{iteration:06d}"
 
 
-def save_checkpoint(root: str | Path, iteration: int, lora: dict[str, Tensor],
+def save_checkpoint(root: str | Path, iteration: int, weights: dict[str, Tensor],
                     optimizer: dict[str, Any], state: dict[str, Any], keep: int = 2) -> Path:
     """Write one checkpoint, then point ``latest.json`` at it, then prune to ``keep``."""
     root = Path(root)
     folder = _folder(root, iteration)
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_save_safetensors(lora, folder / "lora.safetensors")
+    atomic_save_safetensors(weights, folder / WEIGHTS)
     atomic_torch_save(optimizer, folder / "optimizer.pt")
     atomic_torch_save({**state, "iteration": iteration}, folder / "state.pt")
     atomic_write_text(root / LATEST, json.dumps({"iteration": iteration, "folder": folder.name}) + "\n")
@@ -52,7 +54,8 @@ def save_checkpoint(root: str | Path, iteration: int, lora: dict[str, Tensor],
 
 def _load(folder: Path) -> Checkpoint:
     state = safe_torch_load(folder / "state.pt")
-    return Checkpoint(int(state["iteration"]), load_file(folder / "lora.safetensors"),
+    weights = folder / WEIGHTS if (folder / WEIGHTS).is_file() else folder / OLD_WEIGHTS
+    return Checkpoint(int(state["iteration"]), load_file(weights),
                       safe_torch_load(folder / "optimizer.pt"), state, folder)
 
 

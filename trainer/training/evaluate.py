@@ -109,7 +109,7 @@ def generate(policy: Policy, prompts: Sequence[str], seeds: Sequence[int], sigma
     """Images ``[N, 3, H, W]`` for prompt/seed pairs, by ODE sampling."""
     cond = policy.encode(list(prompts))
     tree = rollout(policy.velocity, cond, ode_plan(sigmas), list(seeds), policy.latent_shape,
-                   max_batch=max_batch, device=getattr(policy, "device", None))
+                   max_batch=max_batch, device=policy.device)
     return policy.decode(tree.leaf_latents)
 
 
@@ -127,7 +127,7 @@ def drift_loss(policy: Policy, renders: Tensor, prompts: Sequence[str], seed: in
     Rises when RL pulls the model away from the data it was trained on (reward hacking shows).
     """
     gen = torch.Generator().manual_seed(seed)
-    x0 = policy_latents(policy, renders)
+    x0 = policy.encode_images(renders)
     sigma = torch.linspace(0.1, 0.9, x0.shape[0]).to(x0.device)
     eps = torch.randn(x0.shape, generator=gen).to(x0.device)  # drawn on the CPU: same on any device
     s = sigma.reshape(-1, *([1] * (x0.ndim - 1)))
@@ -138,14 +138,6 @@ def drift_loss(policy: Policy, renders: Tensor, prompts: Sequence[str], seed: in
         v = policy.velocity(x[sl], sigma[sl], policy.encode(list(prompts[sl])))
         total += float(((v - (eps[sl] - x0[sl])) ** 2).sum())
     return total / x0.numel()
-
-
-def policy_latents(policy: Policy, images: Tensor) -> Tensor:
-    """Images to the policy's latent space (the embedded model has ``encode_images``)."""
-    encode = getattr(policy, "encode_images", None)
-    if encode is None:
-        raise TypeError(f"{type(policy).__name__} cannot encode images")
-    return encode(images)
 
 
 def evaluate(policy: Policy, pairs: Sequence[EvalPair], sigmas: Tensor, reward: RewardFn,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +18,18 @@ import torch
 
 from ..config.files import save_config
 from ..config.schema import TrainConfig
+from ..core.clip_spread import ClipSpread, top_bound
 from ..core.flow import make_sigmas
-from ..core.losses import clip_bounds, ratio_spread
-from ..core.objective import LossConfig, backward_over_tree, prepare_targets
+from ..core.losses import clip_bounds
+from ..core.objective import LossConfig, TrainTargets, backward_over_tree, prepare_targets
 from ..core.strategies import DanceGRPOConfig, build_plan, window_start
-from ..core.tree import RolloutPlan, rollout
+from ..core.tree import RolloutPlan, Tree, rollout
 from ..embedded.policy import EmbeddedPolicy
 from ..lora.adapters import attach_lora, load_lora_state, lora_state_dict, set_adapters_enabled
 from ..lora.files import save_lora_files
 from ..lora.full_export import save_full_transformer
 from ..lora.keys import COMFYUI_PREFIX, DIFFUSERS_MODEL_PREFIX
-from ..models.policy import WRAPPED, Policy
+from ..models.policy import Policy, check_policy
 from ..rewards.mix import RewardMix
 from .checkpoint import load_latest, save_checkpoint
 from .distributed import (
@@ -95,6 +96,7 @@ def load_policy(config: TrainConfig, policy: Policy | None = None) -> Policy:
     """The model named by the config (or ``policy``, given by a front end such as a ComfyUI node),
     with a fresh LoRA attached (or all weights trainable)."""
     policy = build_policy(config) if policy is None else policy
+    check_policy(policy)
     if config.lora.enabled:
         attach_lora(policy.transformer, config.lora.rank, config.lora.alpha, config.lora.targets,
                     seed=config.seed)
@@ -169,26 +171,34 @@ class TrainingStopped(ValueError):
 
 
 @dataclass
-class ClipSpread:
-    """Running estimate of ``|r - 1|`` so that clip bounds sit where ratios actually are."""
+class Rollout:
+    """One iteration's samples on this rank: its prompts, their tree, the scores and the targets."""
 
-    ema: float | None = None
+    prompts: list[str]
+    first_prompt: int  # this rank's first prompt in the whole batch (0 in one process)
+    plan: RolloutPlan
+    cond: Any
+    tree: Tree
+    scores: dict[str, torch.Tensor]
+    targets: TrainTargets
 
-    def scale(self, config: TrainConfig) -> float:
-        if not config.clip_spread.enabled or self.ema is None:
-            return 1.0
-        clip = config.loss.clip
-        top = clip.fixed if clip.mode == "fixed" else clip.eps_high
-        return self.ema / top
 
-    def update(self, config: TrainConfig, ratios: torch.Tensor) -> None:
-        if ratios.numel() == 0 or not config.clip_spread.enabled:
-            return
-        value = float(ratio_spread(ratios, config.clip_spread.quantile))
-        if value <= 0.0 or not math.isfinite(value):
-            return
-        m = config.clip_spread.momentum
-        self.ema = value if self.ema is None else m * self.ema + (1 - m) * value
+@dataclass
+class UpdateStats:
+    """Sums over one iteration's optimizer updates, on this rank."""
+
+    lr: float
+    losses: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LOSS_TERMS, 0.0))
+    clipped: float = 0.0
+    edges: int = 0
+    ratio_dev_max: float = 0.0
+    grad_norms: list[float] = field(default_factory=list)
+    skipped: int = 0
+    nfe_train: int = 0
+    clip_scale: float = 1.0
+
+
+LOSS_TERMS = ("loss", "grpo_loss", "prm_loss", "kl")
 
 
 class Trainer:
@@ -209,15 +219,13 @@ class Trainer:
         self.policy = load_policy(config, policy)
         wrapped, self.grad_sync = wrap_model(self.policy.transformer, self.dist, not config.lora.enabled)
         if wrapped is not self.policy.transformer:
-            self.policy.__dict__[WRAPPED] = wrapped  # not a submodule: the transformer is registered
+            self.policy.wrap_transformer(wrapped)
         self.params = list(self.policy.trainable_parameters())
         o = config.optim
         self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
-        self.device = getattr(self.policy, "device", torch.device("cpu"))
-        # a model with classifier-free guidance runs two rows per latent: count both
-        self.forwards_per_row = int(getattr(self.policy, "forwards_per_row", 1))
+        self.device = self.policy.device
         self.strategy = config.strategy_config
-        tokens = int(getattr(self.policy, "image_tokens", 64))
+        tokens = self.policy.image_tokens
         self.sigmas = make_sigmas(config.sampling.schedule, self.strategy.steps, config.sampling.shift,
                                   image_tokens=tokens)
         self.eval_sigmas = make_sigmas(config.sampling.schedule, config.sampling.eval_steps,
@@ -226,7 +234,7 @@ class Trainer:
         self.eval_pairs = (eval_pairs_for(d.prompts, d.eval_prompts, d.eval_pairs, d.eval_seed)
                            if evaluation else [])
         self.prompts = PromptSource(d.prompts, config.seed, exclude=[p.prompt for p in self.eval_pairs])
-        self.spread = ClipSpread()
+        self.spread = ClipSpread(config.clip_spread, top_bound(config.loss.clip))
         self.skipped_in_a_row = 0
         # drift (flow loss on ideal renders) exists where renders do: the embedded model's scenes
         scene_eval = (evaluation and d.prompts == "scenes" and d.eval_prompts is None
@@ -262,13 +270,14 @@ class Trainer:
         """The optimizer state by parameter name, unsharded (loads at any world size)."""
         return optimizer_state(self.policy.transformer, self.optimizer)
 
-    def restore(self, lora: dict, optimizer: dict, state: dict) -> None:
+    def restore(self, weights: dict, optimizer: dict, state: dict) -> None:
+        """Continue from a checkpoint: ``weights`` is :meth:`trained_state`'s (LoRA or full)."""
         if self.config.lora.enabled:
-            load_lora_state(self.policy.transformer, lora)
+            load_lora_state(self.policy.transformer, weights)
         elif self.dist.enabled:
-            load_full_state(self.policy.transformer, lora)
+            load_full_state(self.policy.transformer, weights)
         else:
-            self.policy.transformer.load_state_dict(lora, strict=True)
+            self.policy.transformer.load_state_dict(weights, strict=True)
         load_optimizer_state(self.policy.transformer, self.optimizer, optimizer)
         self.skipped_in_a_row = int(state.get("skipped_in_a_row", 0))
         ema = float(state.get("clip_ema", -1.0))
@@ -298,21 +307,24 @@ class Trainer:
     # ------------------------------------------------------------------ one iteration
     def plan(self, iteration: int) -> RolloutPlan:
         """The rollout plan of ``iteration`` (its window, and DanceGRPO's trained steps)."""
-        return iteration_plan(self.config, self.sigmas, iteration,
-                              getattr(self.policy, "latent_unshuffle", 1))
-
-    def window(self, iteration: int) -> int | None:
-        return window_for(self.config, iteration)
+        return iteration_plan(self.config, self.sigmas, iteration, self.policy.latent_unshuffle)
 
     def loss_config(self) -> LossConfig:
         """The configured loss with clip bounds rescaled to the current ratio spread."""
         c = self.config
-        return replace(c.loss, clip=replace(c.loss.clip, scale=self.spread.scale(c)))
+        return replace(c.loss, clip=replace(c.loss.clip, scale=self.spread.scale()))
 
     def step(self, iteration: int) -> dict[str, Any]:
         """Rollout, reward and ``updates_per_iteration`` optimizer updates; returns the metrics."""
-        c = self.config
         start = time.perf_counter()
+        batch = self.rollout_and_score(iteration)
+        stats = self.update(iteration, batch)
+        return self.metrics(iteration, batch, stats, start)
+
+    def rollout_and_score(self, iteration: int) -> Rollout:
+        """Part 1: this rank's prompts, their tree (no gradients), rewards, and the training
+        targets (advantages, clip bounds, LayerTuning weights) computed once for all updates."""
+        c = self.config
         everyone = self.prompts.prompts(iteration, c.data.prompts_per_iteration)
         mine = shard(len(everyone), self.dist)  # this rank's prompts (all of them in one process)
         prompts = everyone[mine]
@@ -326,69 +338,90 @@ class Trainer:
         leaf_prompts = [prompts[int(p)] for p in leaf_prompt]
         with torch.no_grad():
             scores = self.reward(self.policy.decode(tree.leaf_latents), leaf_prompts)
-        rewards = scores["reward"].float().cpu()
         # several rewards: each normalised within the prompt's images, then weighted (MixGRPO)
         values = self.reward.training_signal(scores, leaf_prompt)
-
-        loss_cfg = self.loss_config()
-        targets = prepare_targets(tree, values, loss_cfg, seed=c.seed * 1_000_033 + iteration,
+        targets = prepare_targets(tree, values, self.loss_config(), seed=c.seed * 1_000_033 + iteration,
                                   reduce=sum_over_ranks(self.dist), first_prompt=mine.start)
+        return Rollout(list(prompts), mine.start, plan, cond, tree, scores, targets)
+
+    def update(self, iteration: int, batch: Rollout) -> UpdateStats:
+        """Part 2: the iteration's optimizer updates, each over an equal share of every prompt's
+        trained forwards (:func:`update_chunks`)."""
+        c = self.config
+        tree, targets = batch.tree, batch.targets
         forwards = targets.train_forwards
-        per_prompt = forwards.numel() // max(1, len(prompts))  # the same for every prompt and rank
+        per_prompt = forwards.numel() // max(1, len(batch.prompts))  # the same for every prompt and rank
         updates = min(c.optim.updates_per_iteration, max(1, per_prompt))
         chunks = update_chunks(tree.fwd_prompt, tree.fwd_step, forwards, updates, c.optim.epochs, c.seed,
-                               iteration, mine.start)
-        lr = c.optim.lr_at(iteration, c.iterations)
+                               iteration, batch.first_prompt)
+        stats = UpdateStats(lr=c.optim.lr_at(iteration, c.iterations))
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        totals = {"loss": 0.0, "grpo_loss": 0.0, "prm_loss": 0.0, "kl": 0.0}
-        clipped, edges, dev_max, grad_norms, skipped, nfe_train = 0.0, 0, 0.0, [], 0, 0
+            group["lr"] = stats.lr
+        loss_cfg = self.loss_config()
+        reference = self.reference_velocity if c.loss.kl_beta > 0 else None
         for k, chunk in enumerate(chunks):
             if k > 0:  # ratios have moved: re-centre the clip bounds on their measured spread
-                loss_cfg = self.loss_config()
-                low, high = clip_bounds(targets.edge_advantage, loss_cfg.clip)
-                targets.edge_low, targets.edge_high = low, high
+                loss_cfg = self._rescale_clip_bounds(targets)
             self.policy.train()
             self.optimizer.zero_grad(set_to_none=True)
-            reference = self.reference_velocity if c.loss.kl_beta > 0 else None
-            stats = backward_over_tree(self.policy.velocity, cond, tree, targets, loss_cfg,
-                                       c.max_batch, reference=reference, forwards=chunk,
-                                       scale=updates, grad_sync=self.grad_sync)
+            result = backward_over_tree(self.policy.velocity, batch.cond, tree, targets, loss_cfg,
+                                        c.max_batch, reference=reference, forwards=chunk,
+                                        scale=updates, grad_sync=self.grad_sync)
             norm = torch.nn.utils.clip_grad_norm_(self.params, c.optim.grad_clip)
-            bad = not (torch.isfinite(norm) and math.isfinite(stats.loss))
-            if reduce_max(float(bad), self.dist) == 0.0:  # every rank skips together
-                self.optimizer.step()
-                self.skipped_in_a_row = 0
-            else:
-                skipped += 1
-                self.skipped_in_a_row += 1
+            if not self._apply_update(norm, result.loss):
+                stats.skipped += 1
             self.optimizer.zero_grad(set_to_none=True)
             if k > 0:
-                self.spread.update(c, gather(stats.ratios, self.dist))
-            for key in totals:
-                totals[key] += getattr(stats, key)
-            clipped += stats.clip_frac * stats.train_edges
-            edges += stats.train_edges
-            dev_max = max(dev_max, stats.ratio_dev_max)
-            grad_norms.append(float(norm))
-            nfe_train += stats.train_nfe
-        # every rank holds its prompts' share: log the whole batch's numbers
-        rewards = gather(rewards, self.dist)
+                self.spread.update(gather(result.ratios, self.dist))
+            for key in LOSS_TERMS:
+                stats.losses[key] += getattr(result, key)
+            stats.clipped += result.clip_frac * result.train_edges
+            stats.edges += result.train_edges
+            stats.ratio_dev_max = max(stats.ratio_dev_max, result.ratio_dev_max)
+            stats.grad_norms.append(float(norm))
+            stats.nfe_train += result.train_nfe
+        stats.clip_scale = loss_cfg.clip.scale
+        return stats
+
+    def _rescale_clip_bounds(self, targets: TrainTargets) -> LossConfig:
+        """Clip bounds at the current ratio spread, written into ``targets``; the loss config."""
+        loss_cfg = self.loss_config()
+        targets.edge_low, targets.edge_high = clip_bounds(targets.edge_advantage, loss_cfg.clip)
+        return loss_cfg
+
+    def _apply_update(self, grad_norm: torch.Tensor, loss: float) -> bool:
+        """Step the optimizer unless the loss or gradient is not finite on any rank (every rank
+        skips together); counts skips in a row for :meth:`check_progress`."""
+        bad = not (torch.isfinite(grad_norm) and math.isfinite(loss))
+        if reduce_max(float(bad), self.dist) == 0.0:
+            self.optimizer.step()
+            self.skipped_in_a_row = 0
+            return True
+        self.skipped_in_a_row += 1
+        return False
+
+    def metrics(self, iteration: int, batch: Rollout, stats: UpdateStats, start: float) -> dict[str, Any]:
+        """Part 3: the iteration's metrics row, over the whole batch (every rank holds its prompts'
+        share: gathered and summed across ranks)."""
+        c, tree, scores = self.config, batch.tree, batch.scores
+        rewards = gather(scores["reward"].float().cpu(), self.dist)
         exact = gather(scores["exact"].float(), self.dist) if "exact" in scores else None
-        sums = reduce_sum({**totals, "clipped": clipped, "edges": edges, "nfe_rollout": tree.nfe,
-                           "nfe_train": nfe_train, "scored": tree.leaf_node.numel()}, self.dist)
+        sums = reduce_sum({**stats.losses, "clipped": stats.clipped, "edges": stats.edges,
+                           "nfe_rollout": tree.nfe, "nfe_train": stats.nfe_train,
+                           "scored": tree.leaf_node.numel()}, self.dist)
         world = self.dist.world_size
+        per_row = self.policy.forwards_per_row  # classifier-free guidance: two forwards per latent
         return {
-            "iteration": iteration + 1, "strategy": c.strategy, "window_start": plan.window_start,
+            "iteration": iteration + 1, "strategy": c.strategy, "window_start": batch.plan.window_start,
             "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std(unbiased=False)),
             "reward_max": float(rewards.max()),
             "exact_mean": float(exact.mean()) if exact is not None else None,
-            **{key: sums[key] / world for key in totals},  # each rank's loss is the batch's scale
-            "clip_frac": sums["clipped"] / max(1.0, sums["edges"]), "clip_scale": loss_cfg.clip.scale,
-            "ratio_dev_max": reduce_max(dev_max, self.dist), "grad_norm": float(np.mean(grad_norms)),
-            "skipped_updates": skipped, "lr": lr,
-            "nfe_rollout": int(sums["nfe_rollout"]) * self.forwards_per_row,
-            "nfe_train": int(sums["nfe_train"]) * self.forwards_per_row,
+            **{key: sums[key] / world for key in LOSS_TERMS},  # each rank's loss is the batch's scale
+            "clip_frac": sums["clipped"] / max(1.0, sums["edges"]), "clip_scale": stats.clip_scale,
+            "ratio_dev_max": reduce_max(stats.ratio_dev_max, self.dist),
+            "grad_norm": float(np.mean(stats.grad_norms)), "skipped_updates": stats.skipped, "lr": stats.lr,
+            "nfe_rollout": int(sums["nfe_rollout"]) * per_row,
+            "nfe_train": int(sums["nfe_train"]) * per_row,
             "scored_images": int(sums["scored"]),
             "iteration_s": reduce_max(time.perf_counter() - start, self.dist),
         }
@@ -427,5 +460,5 @@ def resume_point(trainer: Trainer, run_dir: Path) -> tuple[int, float]:
     ckpt = load_latest(run_dir / "checkpoints")
     if ckpt is None:
         return 0, 0.0
-    trainer.restore(ckpt.lora, ckpt.optimizer, ckpt.state)
+    trainer.restore(ckpt.weights, ckpt.optimizer, ckpt.state)
     return ckpt.iteration, float(ckpt.state.get("wall_s", 0.0))

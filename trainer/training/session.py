@@ -16,7 +16,6 @@ from typing import Any
 import torch
 
 from ..config.schema import TrainConfig
-from ..lora.adapters import lora_state_dict
 from ..models.policy import Policy
 from .logs import finite_numbers
 from .loop import Trainer
@@ -27,12 +26,13 @@ HISTORY_KEYS = ("reward_mean", "reward_max", "exact_mean", "loss", "grpo_loss", 
 
 @dataclass
 class TrainingState:
-    """What a later step needs: the config, the iterations done, LoRA/optimizer/trainer state, the
+    """What a later step needs: the config, the iterations done, the trained weights (the LoRA, or
+    every weight when ``lora.enabled`` is false), optimizer and trainer state, the
     history (one dict per iteration) and the trained policy itself (for sampling and export)."""
 
     config: TrainConfig
     iterations_done: int
-    lora: dict[str, torch.Tensor]
+    weights: dict[str, torch.Tensor]
     optimizer: dict[str, Any]
     state: dict[str, Any]
     history: list[dict[str, float]] = field(default_factory=list)
@@ -61,7 +61,7 @@ def train_steps(policy: Policy, config: TrainConfig, count: int, previous: Train
         trainer = Trainer(config, policy, evaluation=False)
         history: list[dict[str, float]] = []
         if previous is not None:
-            trainer.restore(previous.lora, previous.optimizer, previous.state)
+            trainer.restore(previous.weights, previous.optimizer, previous.state)
             history = list(previous.history)
         for it in range(start, start + count):
             row = trainer.step(it)
@@ -70,5 +70,5 @@ def train_steps(policy: Policy, config: TrainConfig, count: int, previous: Train
             if on_iteration is not None:
                 on_iteration(it - start + 1, row)
         trainer.policy.eval()
-        return TrainingState(config, start + count, lora_state_dict(trainer.policy.transformer),
+        return TrainingState(config, start + count, trainer.trained_state(),
                              trainer.optimizer.state_dict(), trainer.state(), history, trainer.policy)

@@ -1,0 +1,62 @@
+"""Clip bounds that bind: a running estimate of how far the ratios actually move.
+
+With the element-averaged log-probability, ratios of an update stay within about 1e-5 of 1, so
+clip bounds of 1e-4..1e-3 would never bind (docs/algorithm.md). After each update the spread
+``quantile(|r - 1|)`` feeds an exponential moving average, and every clip bound is scaled so the
+top bound (``eps_high``, or ``fixed``) sits at that average.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from .losses import ClipConfig, ratio_spread
+
+
+@dataclass(frozen=True)
+class ClipSpreadConfig:
+    """Make clipping bind: scale the clip bounds so ``eps_high`` sits at a quantile of the
+    measured ``|r - 1|`` of recent updates (an exponential moving average). Off: bounds as set."""
+
+    enabled: bool = True
+    quantile: float = 0.9
+    momentum: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.quantile <= 1.0:
+            raise ValueError(f"quantile must be in (0, 1], got {self.quantile}")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+
+
+def top_bound(clip: ClipConfig) -> float:
+    """The bound the spread is matched to: ``fixed`` for a fixed clip, else ``eps_high``."""
+    return clip.fixed if clip.mode == "fixed" else clip.eps_high
+
+
+@dataclass
+class ClipSpread:
+    """The moving average of ``|r - 1|`` and the clip scale it implies (state of one run)."""
+
+    config: ClipSpreadConfig
+    top: float
+    ema: float | None = None
+
+    def scale(self) -> float:
+        """What every clip bound is multiplied by (1 until a spread was measured, or when off)."""
+        if not self.config.enabled or self.ema is None:
+            return 1.0
+        return self.ema / self.top
+
+    def update(self, ratios: Tensor) -> None:
+        """Fold the ratios of one update into the average (empty or degenerate spreads are skipped)."""
+        if ratios.numel() == 0 or not self.config.enabled:
+            return
+        value = float(ratio_spread(ratios, self.config.quantile))
+        if value <= 0.0 or not math.isfinite(value):
+            return
+        m = self.config.momentum
+        self.ema = value if self.ema is None else m * self.ema + (1 - m) * value

@@ -1,4 +1,6 @@
-"""The only module of the pack that imports ComfyUI (``comfy``, ``comfy_api``).
+"""The nodes' only door to ComfyUI: the one module of ``nodes/`` that imports it (``comfy``,
+``comfy_api``, ``folder_paths``). The pack's one other importer is ComfyUI's host for headless
+workflows, ``trainer/comfyui_host/runner.py``; ``scripts/check_imports.py`` keeps it so.
 
 Everything ComfyUI-specific that the nodes need goes through here, so that a change in
 ComfyUI's internals is fixed in one place. ComfyUI imports the pack by file path, so this

@@ -40,7 +40,7 @@ def test_a_run_on_a_diffusers_folder_exports_a_lora_the_pipeline_loads(kind: str
 
     config = load_config(TrainConfig, None, [*TINY, f"model.kind={kind}", f"model.path={folders[kind]}"])
     trainer = Trainer(config)
-    assert trainer.forwards_per_row == (2 if kind == "sd3" else 1)  # SD3 runs CFG 4.5 by default
+    assert trainer.policy.forwards_per_row == (2 if kind == "sd3" else 1)  # SD3 runs CFG 4.5 by default
     run = tmp_path / "run"
     summary = run_training(config, run, progress=False)
     assert "drift" not in summary  # no ideal renders for a latent model
@@ -51,7 +51,7 @@ def test_a_run_on_a_diffusers_folder_exports_a_lora_the_pipeline_loads(kind: str
     # 2 prompts x 4 leaves; every logged forward of SD3 counts the doubled batch
     assert int(row["scored_images"]) == 8
     rollout_rows = 2 * (1 + 2 + 4 * 2)  # roots, the tree's two layers of edges, the leaves' tails
-    assert int(row["nfe_rollout"]) == trainer.forwards_per_row * rollout_rows
+    assert int(row["nfe_rollout"]) == trainer.policy.forwards_per_row * rollout_rows
 
     # diffusers' own pipeline with the exported LoRA gives the trained model's velocity
     pipe_cls = FluxPipeline if kind == "flux" else StableDiffusion3Pipeline

@@ -1,12 +1,12 @@
 """Run ComfyUI workflows headless, in this process (``treerpo run-workflow``); the two workflow
 formats are converted by :mod:`trainer.comfyui_host.workflow_format`.
 
-Running: the pack's rule is that only ``nodes/_comfy.py`` imports ComfyUI. This module is not a node
-but a host of ComfyUI (as ``main.py`` is), so it imports ComfyUI too, from the folder the user
-points at (``make comfyui`` installs one). Every ComfyUI import sits inside a function, so importing
-``trainer`` never needs ComfyUI. The pack itself is loaded from this checkout with ComfyUI's own
-custom-node loader, and the prompt runs through ComfyUI's own ``validate_prompt`` and
-``PromptExecutor``, so a workflow behaves here as it does in the server.
+Running: the pack imports ComfyUI in two places only, ``nodes/_comfy.py`` (the nodes' door) and this
+module, which is not a node but a host of ComfyUI (as ``main.py`` is) and imports ComfyUI from the
+folder the user points at (``make comfyui`` installs one). Every ComfyUI import sits inside a
+function, so importing ``trainer`` never needs ComfyUI. The pack itself is loaded from this checkout
+with ComfyUI's own custom-node loader, and the prompt runs through ComfyUI's own ``validate_prompt``
+and ``PromptExecutor``, so a workflow behaves here as it does in the server.
 """
 
 from __future__ import annotations

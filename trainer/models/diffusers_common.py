@@ -14,11 +14,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -34,6 +34,7 @@ DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
 }
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
+MAX_T5_TOKENS = 512  # the longest T5 prompt of FLUX.1 and SD3
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "spiece.model", "tokenizer_config.json")
 
 
@@ -158,6 +159,36 @@ def load_local(loader: Callable[..., Any], target: Path, what: str, **kwargs: An
         raise ValueError(f"{target}: cannot load the {what}: corrupt weights ({_first_line(err)})") from err
 
 
+def require_components(root: Path, source: ModelSource, components: Mapping[str, str]) -> dict[str, Path]:
+    """Each of ``components`` (folder -> what it is) checked: ``tokenizer*`` folders need tokenizer
+    files, the others a config and weights."""
+    def check(name: str, what: str) -> Path:
+        require = require_tokenizer if name.startswith("tokenizer") else require_model
+        return require(root, name, source, what)
+
+    return {name: check(name, what) for name, what in components.items()}
+
+
+def check_folder(root: Path, source: ModelSource, transformer_file: str | Path | None,
+                 components: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Path]]:
+    """Check a diffusers folder before anything loads, so a missing file fails in one line at once:
+    its ``model_index.json``, the transformer (unless a single file replaces it) and ``components``.
+    Returns the index and each component's folder."""
+    index = read_model_index(root, source)
+    if transformer_file is None:
+        require_model(root, "transformer", source, "transformer")
+    return index, require_components(root, source, components)
+
+
+def load_components(parts: Mapping[str, Path], text: Mapping[str, tuple[str, Any]],
+                    dtype: torch.dtype) -> dict[str, Any]:
+    """Each checked text component (folder -> (what it is, its class)) with its class's
+    ``from_pretrained``: encoders in ``dtype``, tokenizers as they are."""
+    return {name: load_local(cls.from_pretrained, parts[name], what,
+                             **({} if name.startswith("tokenizer") else {"dtype": dtype}))
+            for name, (what, cls) in text.items()}
+
+
 def check_loaded(model: nn.Module, target: Path, what: str) -> nn.Module:
     """A checkpoint that left parameters unset (on ``meta``) did not fit the config."""
     unset = [name for name, p in model.named_parameters() if p.device.type == "meta"]
@@ -270,35 +301,47 @@ class PromptCache:
 
 
 # ------------------------------------------------------------------------------ VAE
+def _latent_scaling(vae: nn.Module) -> tuple[float, float]:
+    """The VAE's ``(scaling_factor, shift_factor)``: model latents are ``(z - shift) * scale``."""
+    return float(vae.config.scaling_factor), float(vae.config.shift_factor or 0.0)
+
+
+def _in_batches(vae: nn.Module, rows: Tensor, batch: int, offload: Offload,
+                convert: Callable[[Tensor, torch.dtype], Tensor]) -> Tensor:
+    """``convert`` over ``batch`` rows at a time, each in float32 on the VAE's device, the result
+    float32 on ``rows``' device."""
+    out = []
+    with torch.no_grad(), offload.using(vae):
+        dev, dtype = module_device(vae), module_dtype(vae)
+        for start in range(0, rows.shape[0], max(1, batch)):
+            x = rows[start:start + max(1, batch)].to(dev, torch.float32)
+            out.append(convert(x, dtype).float().to(rows.device))
+    return torch.cat(out)
+
+
 def vae_decode(vae: nn.Module, latents: Tensor, batch: int, offload: Offload) -> Tensor:
     """Model-space latents -> images ``[B, 3, H, W]`` float32 in ``[0, 1]``, ``batch`` rows at a time.
 
     Undoes ``(z - shift_factor) * scaling_factor`` first; the result is on ``latents``' device.
     """
-    scale = float(vae.config.scaling_factor)
-    shift = float(vae.config.shift_factor or 0.0)
-    out = []
-    with torch.no_grad(), offload.using(vae):
-        dev, dtype = module_device(vae), module_dtype(vae)
-        for start in range(0, latents.shape[0], max(1, batch)):
-            z = latents[start:start + max(1, batch)].to(dev, torch.float32) / scale + shift
-            image = vae.decode(z.to(dtype), return_dict=False)[0]
-            out.append((image.float() / 2 + 0.5).clamp(0.0, 1.0).to(latents.device))
-    return torch.cat(out)
+    scale, shift = _latent_scaling(vae)
+
+    def decode(z: Tensor, dtype: torch.dtype) -> Tensor:
+        image = vae.decode((z / scale + shift).to(dtype), return_dict=False)[0]
+        return (image.float() / 2 + 0.5).clamp(0.0, 1.0)
+
+    return _in_batches(vae, latents, batch, offload, decode)
 
 
 def vae_encode(vae: nn.Module, images: Tensor, batch: int, offload: Offload) -> Tensor:
     """Images in ``[0, 1]`` -> model-space latents (the posterior mode), float32, ``batch`` at a time."""
-    scale = float(vae.config.scaling_factor)
-    shift = float(vae.config.shift_factor or 0.0)
-    out = []
-    with torch.no_grad(), offload.using(vae):
-        dev, dtype = module_device(vae), module_dtype(vae)
-        for start in range(0, images.shape[0], max(1, batch)):
-            x = images[start:start + max(1, batch)].to(dev, torch.float32) * 2.0 - 1.0
-            z = vae.encode(x.to(dtype)).latent_dist.mode().float()
-            out.append(((z - shift) * scale).to(images.device))
-    return torch.cat(out)
+    scale, shift = _latent_scaling(vae)
+
+    def encode(x: Tensor, dtype: torch.dtype) -> Tensor:
+        z = vae.encode((x * 2.0 - 1.0).to(dtype)).latent_dist.mode().float()
+        return (z - shift) * scale
+
+    return _in_batches(vae, images, batch, offload, encode)
 
 
 # ------------------------------------------------------------------------------ the shared policy
@@ -311,12 +354,19 @@ class DiffusersPolicy(PolicyBase, nn.Module):
     transformer starts frozen (the trainer attaches a LoRA, or unfreezes it for full fine-tuning).
     """
 
-    cache_keys: tuple[str, ...] = ()
+    cache_keys: tuple[str, ...] = ("prompt_embeds", "pooled_prompt_embeds")  # what the prompt cache keeps
+    source: ClassVar[ModelSource]
+    transformer_class: ClassVar[str]  # the diffusers class of the family's transformer
+    text_components: ClassVar[dict[str, tuple[str, str]]]  # folder -> (what it is, transformers class)
 
     def __init__(self, transformer: nn.Module, vae: nn.Module | None, *, height: int, width: int,
-                 latent_channels: int, text_modules: Sequence[nn.Module | None],
-                 prompt_encoder: PromptEncoder | None, offload: bool, device: str | torch.device | None,
-                 gradient_checkpointing: bool, decode_batch: int, vae_scale_factor: int | None) -> None:
+                 latent_channels: int, text: Mapping[str, Any], prompt_encoder: PromptEncoder | None,
+                 guidance: float, max_sequence_length: int, offload: bool = False,
+                 device: str | torch.device | None = None, gradient_checkpointing: bool = False,
+                 decode_batch: int = 4, vae_scale_factor: int | None = None) -> None:
+        """``text``: the family's text encoders and tokenizers by name (``text_encoder``,
+        ``tokenizer``, ...; None where left out), kept as attributes of those names."""
+        check_sequence_length(max_sequence_length, MAX_T5_TOKENS)
         super().__init__()
         if decode_batch < 1:
             raise ValueError(f"decode_batch must be >= 1, got {decode_batch}")
@@ -335,12 +385,52 @@ class DiffusersPolicy(PolicyBase, nn.Module):
         if gradient_checkpointing:
             self.transformer.enable_gradient_checkpointing()
         self.vae = vae.requires_grad_(False).eval() if vae is not None else None
-        self.text_modules = nn.ModuleList([m.requires_grad_(False).eval() for m in text_modules
-                                           if m is not None])
+        encoders = [m for name, m in text.items() if name.startswith("text_encoder") and m is not None]
+        self.text_modules = nn.ModuleList([m.requires_grad_(False).eval() for m in encoders])
         self.offload.place(self.vae, *self.text_modules)
         if prompt_encoder is None and not len(self.text_modules):
             raise ValueError(f"{type(self).__name__} needs text encoders or a prompt_encoder callable")
         self.cache = PromptCache(prompt_encoder or self._encode_text, self.cache_keys)
+        for name, module in text.items():
+            setattr(self, name, module)
+        self.guidance = float(guidance)
+        self.max_sequence_length = int(max_sequence_length)
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def text_parts(cls, root: Path, index: dict[str, Any],
+                   options: dict[str, Any]) -> tuple[dict[str, Path], dict[str, tuple[str, Any]]]:
+        """The family's text components in a folder, checked: ``(folders, name -> (what, class))``.
+        A family with optional components overrides it and takes its own keys out of ``options``."""
+        import transformers
+
+        text = {name: (what, getattr(transformers, class_name))
+                for name, (what, class_name) in cls.text_components.items()}
+        return require_components(root, cls.source, {n: what for n, (what, _) in text.items()}), text
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, height: int, width: int,
+                        dtype: str | torch.dtype = "bfloat16", device: str | torch.device = "cpu",
+                        transformer_file: str | Path | None = None,
+                        vae_dtype: str | torch.dtype = "float32", **options: Any) -> Any:
+        """Load a local diffusers folder of the family; ``transformer_file`` replaces its transformer
+        weights. ``dtype`` applies to the transformer and the text encoders, ``vae_dtype`` to the
+        VAE; ``options`` go to the constructor (``guidance``, ``max_sequence_length``, ``offload``,
+        ``gradient_checkpointing``, ``decode_batch``). Every component is checked before any is
+        loaded, so a missing file fails in one line at once."""
+        import diffusers
+
+        check_resolution(height, width)
+        root = Path(path)
+        torch_dtype, vae_torch_dtype = parse_dtype(dtype), parse_dtype(vae_dtype)
+        index, parts = check_folder(root, cls.source, transformer_file, {"vae": "VAE"})
+        text_folders, text = cls.text_parts(root, index, options)
+        transformer = load_transformer(getattr(diffusers, cls.transformer_class), root, cls.source,
+                                       torch_dtype, transformer_file)
+        vae = load_local(diffusers.AutoencoderKL.from_pretrained, parts["vae"], "VAE",
+                         torch_dtype=vae_torch_dtype)
+        modules = load_components(text_folders, text, torch_dtype)
+        return cls(transformer, vae, height=height, width=width, device=device, **modules, **options)
 
     # ------------------------------------------------------------------ devices and modes
     @property

@@ -18,24 +18,17 @@ transformer from a single ``.safetensors`` file; or build the policy from module
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from .diffusers_common import (
+    MAX_T5_TOKENS,
     DiffusersPolicy,
     ModelSource,
     PromptEncoder,
-    check_resolution,
-    check_sequence_length,
-    load_local,
-    load_transformer,
     module_device,
-    parse_dtype,
-    read_model_index,
-    require_model,
-    require_tokenizer,
 )
 from .patches import image_ids, pack, unpack
 
@@ -45,7 +38,6 @@ FLUX_SOURCE = ModelSource(
           "the whole repository; FLUX.1-schnell is open)"),
     pipeline="Flux",
 )
-MAX_T5_TOKENS = 512
 
 
 class FluxPolicy(DiffusersPolicy):
@@ -59,74 +51,27 @@ class FluxPolicy(DiffusersPolicy):
     raises); ``vae_scale_factor`` is read from the VAE (8 without one).
     """
 
-    cache_keys = ("prompt_embeds", "pooled_prompt_embeds")
+    source = FLUX_SOURCE
+    transformer_class = "FluxTransformer2DModel"
+    text_components: ClassVar[dict[str, tuple[str, str]]] = dict(  # folder -> (what, transformers class)
+        text_encoder=("CLIP text encoder", "CLIPTextModel"), tokenizer=("CLIP tokenizer", "CLIPTokenizer"),
+        text_encoder_2=("T5 text encoder", "T5EncoderModel"), tokenizer_2=("T5 tokenizer", "T5TokenizerFast"))
 
-    def __init__(self, transformer: nn.Module, vae: nn.Module | None = None, *, height: int, width: int,
+    def __init__(self, transformer: nn.Module, vae: nn.Module | None = None, *,
                  text_encoder: nn.Module | None = None, tokenizer=None,
                  text_encoder_2: nn.Module | None = None, tokenizer_2=None,
                  prompt_encoder: PromptEncoder | None = None, guidance: float = 3.5,
-                 max_sequence_length: int = MAX_T5_TOKENS, offload: bool = False,
-                 gradient_checkpointing: bool = False, decode_batch: int = 4,
-                 device: str | torch.device | None = None, vae_scale_factor: int | None = None) -> None:
-        check_sequence_length(max_sequence_length, MAX_T5_TOKENS)
+                 max_sequence_length: int = MAX_T5_TOKENS, **common: Any) -> None:
+        """``common``: :class:`DiffusersPolicy`'s keys (``height``, ``width`` required; ``offload``,
+        ``device``, ``gradient_checkpointing``, ``decode_batch``, ``vae_scale_factor``)."""
         if prompt_encoder is None and None in (text_encoder, tokenizer, text_encoder_2, tokenizer_2):
             raise ValueError("FluxPolicy needs CLIP and T5 (text_encoder, tokenizer, text_encoder_2, "
                              "tokenizer_2) or a prompt_encoder callable")
-        super().__init__(transformer, vae, height=height, width=width,
-                         latent_channels=int(transformer.config.in_channels) // 4,
-                         text_modules=[text_encoder, text_encoder_2], prompt_encoder=prompt_encoder,
-                         offload=offload, device=device, gradient_checkpointing=gradient_checkpointing,
-                         decode_batch=decode_batch, vae_scale_factor=vae_scale_factor)
-        self.text_encoder = text_encoder
-        self.text_encoder_2 = text_encoder_2
-        self.tokenizer = tokenizer
-        self.tokenizer_2 = tokenizer_2
-        self.guidance = float(guidance)
-        self.max_sequence_length = int(max_sequence_length)
-
-    # ------------------------------------------------------------------ loading
-    @classmethod
-    def from_pretrained(cls, path: str | Path, *, height: int, width: int,
-                        dtype: str | torch.dtype = "bfloat16", device: str | torch.device = "cpu",
-                        guidance: float = 3.5,
-                        max_sequence_length: int = MAX_T5_TOKENS, offload: bool = False,
-                        gradient_checkpointing: bool = False, decode_batch: int = 4,
-                        transformer_file: str | Path | None = None,
-                        vae_dtype: str | torch.dtype = "float32") -> FluxPolicy:
-        """Load a local diffusers FLUX.1 folder; ``transformer_file`` replaces its transformer weights.
-
-        ``dtype`` applies to the transformer and the text encoders, ``vae_dtype`` to the VAE. Every
-        component is checked before any is loaded, so a missing file fails in one line at once.
-        """
-        from diffusers import AutoencoderKL, FluxTransformer2DModel
-        from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
-
-        check_resolution(height, width)
-        root = Path(path)
-        read_model_index(root, FLUX_SOURCE)
-        torch_dtype, vae_torch_dtype = parse_dtype(dtype), parse_dtype(vae_dtype)
-        if transformer_file is None:
-            require_model(root, "transformer", FLUX_SOURCE, "transformer")
-        parts = {
-            "vae": require_model(root, "vae", FLUX_SOURCE, "VAE"),
-            "text_encoder": require_model(root, "text_encoder", FLUX_SOURCE, "CLIP text encoder"),
-            "tokenizer": require_tokenizer(root, "tokenizer", FLUX_SOURCE, "CLIP tokenizer"),
-            "text_encoder_2": require_model(root, "text_encoder_2", FLUX_SOURCE, "T5 text encoder"),
-            "tokenizer_2": require_tokenizer(root, "tokenizer_2", FLUX_SOURCE, "T5 tokenizer"),
-        }
-        transformer = load_transformer(FluxTransformer2DModel, root, FLUX_SOURCE, torch_dtype,
-                                       transformer_file)
-        vae = load_local(AutoencoderKL.from_pretrained, parts["vae"], "VAE", torch_dtype=vae_torch_dtype)
-        text_encoder = load_local(CLIPTextModel.from_pretrained, parts["text_encoder"], "CLIP text encoder",
-                                  dtype=torch_dtype)
-        text_encoder_2 = load_local(T5EncoderModel.from_pretrained, parts["text_encoder_2"],
-                                    "T5 text encoder", dtype=torch_dtype)
-        tokenizer = load_local(CLIPTokenizer.from_pretrained, parts["tokenizer"], "CLIP tokenizer")
-        tokenizer_2 = load_local(T5TokenizerFast.from_pretrained, parts["tokenizer_2"], "T5 tokenizer")
-        return cls(transformer, vae, height=height, width=width, text_encoder=text_encoder,
-                   tokenizer=tokenizer, text_encoder_2=text_encoder_2, tokenizer_2=tokenizer_2,
-                   guidance=guidance, max_sequence_length=max_sequence_length, offload=offload,
-                   gradient_checkpointing=gradient_checkpointing, decode_batch=decode_batch, device=device)
+        text = {"text_encoder": text_encoder, "tokenizer": tokenizer,
+                "text_encoder_2": text_encoder_2, "tokenizer_2": tokenizer_2}
+        super().__init__(transformer, vae, latent_channels=int(transformer.config.in_channels) // 4,
+                         text=text, prompt_encoder=prompt_encoder, guidance=guidance,
+                         max_sequence_length=max_sequence_length, **common)
 
     # ------------------------------------------------------------------ text
     @torch.no_grad()

@@ -23,6 +23,7 @@ lowers prompt adherence. A folder that lists T5 but lacks its files is an error.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -32,16 +33,9 @@ from .diffusers_common import (
     DiffusersPolicy,
     ModelSource,
     PromptEncoder,
-    check_resolution,
-    check_sequence_length,
     index_has,
-    load_local,
-    load_transformer,
     module_device,
-    parse_dtype,
-    read_model_index,
-    require_model,
-    require_tokenizer,
+    require_components,
 )
 
 SD3_SOURCE = ModelSource(
@@ -50,7 +44,6 @@ SD3_SOURCE = ModelSource(
           "Face hub (gated: accept the licence, then download the whole repository)"),
     pipeline="StableDiffusion3",
 )
-MAX_T5_TOKENS = 512
 NEGATIVE_PROMPT = ""
 
 
@@ -64,36 +57,32 @@ class SD3Policy(DiffusersPolicy):
     also asked for the negative prompt ``""`` once.
     """
 
-    cache_keys = ("prompt_embeds", "pooled_prompt_embeds")
+    source = SD3_SOURCE
+    transformer_class = "SD3Transformer2DModel"
+    text_components: ClassVar[dict[str, tuple[str, str]]] = dict(  # folder -> (what, transformers class)
+        text_encoder=("CLIP-L text encoder", "CLIPTextModelWithProjection"),
+        tokenizer=("CLIP-L tokenizer", "CLIPTokenizer"),
+        text_encoder_2=("CLIP-G text encoder", "CLIPTextModelWithProjection"),
+        tokenizer_2=("CLIP-G tokenizer", "CLIPTokenizer"))
 
-    def __init__(self, transformer: nn.Module, vae: nn.Module | None = None, *, height: int, width: int,
+    def __init__(self, transformer: nn.Module, vae: nn.Module | None = None, *,
                  text_encoder: nn.Module | None = None, tokenizer=None,
                  text_encoder_2: nn.Module | None = None, tokenizer_2=None,
                  text_encoder_3: nn.Module | None = None, tokenizer_3=None,
                  prompt_encoder: PromptEncoder | None = None, guidance: float = 4.5,
-                 max_sequence_length: int = 256, offload: bool = False,
-                 gradient_checkpointing: bool = False, decode_batch: int = 4,
-                 device: str | torch.device | None = None, vae_scale_factor: int | None = None) -> None:
-        check_sequence_length(max_sequence_length, MAX_T5_TOKENS)
+                 max_sequence_length: int = 256, **common: Any) -> None:
+        """``common``: :class:`DiffusersPolicy`'s keys (``height``, ``width`` required; ``offload``,
+        ``device``, ``gradient_checkpointing``, ``decode_batch``, ``vae_scale_factor``)."""
         if prompt_encoder is None and None in (text_encoder, tokenizer, text_encoder_2, tokenizer_2):
             raise ValueError("SD3Policy needs both CLIP encoders (text_encoder, tokenizer, text_encoder_2, "
                              "tokenizer_2) or a prompt_encoder callable")
         if (text_encoder_3 is None) != (tokenizer_3 is None):
             raise ValueError("SD3Policy: give T5 as text_encoder_3 and tokenizer_3 together (or neither)")
-        super().__init__(transformer, vae, height=height, width=width,
-                         latent_channels=int(transformer.config.in_channels),
-                         text_modules=[text_encoder, text_encoder_2, text_encoder_3],
-                         prompt_encoder=prompt_encoder, offload=offload, device=device,
-                         gradient_checkpointing=gradient_checkpointing, decode_batch=decode_batch,
-                         vae_scale_factor=vae_scale_factor)
-        self.text_encoder = text_encoder
-        self.text_encoder_2 = text_encoder_2
-        self.text_encoder_3 = text_encoder_3
-        self.tokenizer = tokenizer
-        self.tokenizer_2 = tokenizer_2
-        self.tokenizer_3 = tokenizer_3
-        self.guidance = float(guidance)
-        self.max_sequence_length = int(max_sequence_length)
+        text = {"text_encoder": text_encoder, "tokenizer": tokenizer, "text_encoder_2": text_encoder_2,
+                "tokenizer_2": tokenizer_2, "text_encoder_3": text_encoder_3, "tokenizer_3": tokenizer_3}
+        super().__init__(transformer, vae, latent_channels=int(transformer.config.in_channels), text=text,
+                         prompt_encoder=prompt_encoder, guidance=guidance,
+                         max_sequence_length=max_sequence_length, **common)
         self._uncond: dict[str, Tensor] | None = None
 
     @property
@@ -107,58 +96,21 @@ class SD3Policy(DiffusersPolicy):
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, height: int, width: int,
-                        dtype: str | torch.dtype = "bfloat16", device: str | torch.device = "cpu",
-                        guidance: float = 4.5,
-                        max_sequence_length: int = 256, offload: bool = False,
-                        gradient_checkpointing: bool = False, decode_batch: int = 4,
-                        transformer_file: str | Path | None = None, use_t5: bool = True,
-                        vae_dtype: str | torch.dtype = "float32") -> SD3Policy:
-        """Load a local diffusers SD3/SD3.5 folder; ``transformer_file`` replaces its transformer weights.
+    def text_parts(cls, root: Path, index: dict[str, Any],
+                   options: dict[str, Any]) -> tuple[dict[str, Path], dict[str, tuple[str, Any]]]:
+        """CLIP-L and CLIP-G, and T5 when the folder has it and ``use_t5`` (default true) allows."""
+        from transformers import T5EncoderModel, T5TokenizerFast
 
-        ``dtype`` applies to the transformer and the text encoders, ``vae_dtype`` to the VAE. Every
-        component is checked before any is loaded.
-        """
-        from diffusers import AutoencoderKL, SD3Transformer2DModel
-        from transformers import CLIPTextModelWithProjection, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
-
-        check_resolution(height, width)
-        root = Path(path)
-        index = read_model_index(root, SD3_SOURCE)
-        torch_dtype, vae_torch_dtype = parse_dtype(dtype), parse_dtype(vae_dtype)
-        if transformer_file is None:
-            require_model(root, "transformer", SD3_SOURCE, "transformer")
-        parts = {
-            "vae": require_model(root, "vae", SD3_SOURCE, "VAE"),
-            "text_encoder": require_model(root, "text_encoder", SD3_SOURCE, "CLIP-L text encoder"),
-            "tokenizer": require_tokenizer(root, "tokenizer", SD3_SOURCE, "CLIP-L tokenizer"),
-            "text_encoder_2": require_model(root, "text_encoder_2", SD3_SOURCE, "CLIP-G text encoder"),
-            "tokenizer_2": require_tokenizer(root, "tokenizer_2", SD3_SOURCE, "CLIP-G tokenizer"),
-        }
-        t5 = use_t5 and index_has(index, "text_encoder_3")
-        if t5:
+        folders, text = super().text_parts(root, index, options)
+        if options.pop("use_t5", True) and index_has(index, "text_encoder_3"):
+            t5 = {"text_encoder_3": ("T5 text encoder", T5EncoderModel),
+                  "tokenizer_3": ("T5 tokenizer", T5TokenizerFast)}
             try:
-                parts["text_encoder_3"] = require_model(root, "text_encoder_3", SD3_SOURCE, "T5 text encoder")
-                parts["tokenizer_3"] = require_tokenizer(root, "tokenizer_3", SD3_SOURCE, "T5 tokenizer")
+                folders.update(require_components(root, SD3_SOURCE, {n: what for n, (what, _) in t5.items()}))
             except FileNotFoundError as err:
                 raise FileNotFoundError(f"{err} (or run without T5: use_t5=False)") from None
-        transformer = load_transformer(SD3Transformer2DModel, root, SD3_SOURCE, torch_dtype, transformer_file)
-        vae = load_local(AutoencoderKL.from_pretrained, parts["vae"], "VAE", torch_dtype=vae_torch_dtype)
-        encoders = {name: load_local(CLIPTextModelWithProjection.from_pretrained, parts[name], what,
-                                     dtype=torch_dtype)
-                    for name, what in (("text_encoder", "CLIP-L text encoder"),
-                                       ("text_encoder_2", "CLIP-G text encoder"))}
-        tokenizers = {name: load_local(CLIPTokenizer.from_pretrained, parts[name], what)
-                      for name, what in (("tokenizer", "CLIP-L tokenizer"),
-                                         ("tokenizer_2", "CLIP-G tokenizer"))}
-        if t5:
-            encoders["text_encoder_3"] = load_local(T5EncoderModel.from_pretrained, parts["text_encoder_3"],
-                                                    "T5 text encoder", dtype=torch_dtype)
-            tokenizers["tokenizer_3"] = load_local(T5TokenizerFast.from_pretrained, parts["tokenizer_3"],
-                                                   "T5 tokenizer")
-        return cls(transformer, vae, height=height, width=width, **encoders, **tokenizers, guidance=guidance,
-                   max_sequence_length=max_sequence_length, offload=offload,
-                   gradient_checkpointing=gradient_checkpointing, decode_batch=decode_batch, device=device)
+            text.update(t5)
+        return folders, text
 
     # ------------------------------------------------------------------ text
     def _clip(self, encoder: nn.Module, tokenizer, prompts: list[str]) -> tuple[Tensor, Tensor]:

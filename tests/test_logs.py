@@ -168,3 +168,14 @@ def test_make_progress_resumes_at_initial(capsys: pytest.CaptureFixture[str]) ->
     quiet.update(1)
     quiet.close()
     assert capsys.readouterr().err == ""
+
+
+def test_a_metrics_table_of_an_earlier_version_gains_new_columns_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    MetricsCsv(path, ("iteration", "reward_mean")).append({"iteration": 1, "reward_mean": 0.5})
+    log = MetricsCsv(path, ("iteration", "reward_mean", "prm_weight"))
+    log.append({"iteration": 2, "reward_mean": 0.75, "prm_weight": 0.25})
+    assert path.read_text().splitlines() == ["iteration,reward_mean,prm_weight", "1,0.5,", "2,0.75,0.25"]
+    with pytest.raises(ValueError, match="differs from the expected"):
+        MetricsCsv(path, ("iteration", "other"))  # not an earlier layout: refused, file untouched
+    assert path.read_text().splitlines()[0] == "iteration,reward_mean,prm_weight"

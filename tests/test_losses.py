@@ -14,6 +14,7 @@ from dynamic_treerpo.trainer.core.losses import (
     clip_bounds,
     grpo_edge_loss,
     layer_weight,
+    layer_weight_tanh,
     ratio_spread,
 )
 from dynamic_treerpo.trainer.core.objective import (
@@ -22,6 +23,7 @@ from dynamic_treerpo.trainer.core.objective import (
     microbatch_loss,
     prepare_targets,
 )
+from dynamic_treerpo.trainer.core.reward_scale import RewardScale
 from dynamic_treerpo.trainer.core.strategies import TreeConfig, build_plan
 from dynamic_treerpo.trainer.core.tree import rollout
 
@@ -151,6 +153,33 @@ def test_layer_tuning_weights_by_hand() -> None:
     assert tree.edge_child[p.fwd_path_edge[p.fwd_path_edge >= 0]].tolist() == [2, 5]
     # GRPO weights: mean over the two layers of the mean over each layer's edges
     assert t.edge_weight.tolist() == pytest.approx([0.25, 0.25, 0.125, 0.125, 0.125, 0.125])
+
+
+def test_tanh_layer_weight_is_zero_on_a_flat_layer_and_judges_gaps_by_the_reward_spread() -> None:
+    """The corrected weight: the same tree as above, ``w_k = tanh((V* - mean_k) / s_ref)``."""
+    cfg = TreeConfig(steps=4, window_start=0, depth=2, branching=2)
+    tree = rollout(lambda x, s, c: 0.1 * x, None, build_plan(cfg, make_sigmas("shift", 4)), [0], (2,))
+    rewards = torch.tensor([1.0, 0.0, 3.0, -3.0])
+    t = prepare_targets(tree, rewards, LossConfig(prm_target="x0", prm_weight="tanh"), reward_scale=2.0)
+    # layer 0 is the root alone (flat: nothing to imitate); layer 1 values [1, 3], gap 1, s_ref 2
+    assert t.layer_weight.tolist() == pytest.approx([0.0, math.tanh(0.5), math.tanh(0.5)])
+    assert t.fwd_prm_weight.tolist() == pytest.approx([0.0, math.tanh(0.5) / 2, math.tanh(0.5) / 2])
+    wide = prepare_targets(tree, rewards, LossConfig(prm_weight="tanh"), reward_scale=0.01)
+    assert wide.layer_weight[1].item() == pytest.approx(1.0)  # a gap far above the usual spread
+    flat = prepare_targets(tree, torch.full((4,), 0.7), LossConfig(prm_weight="tanh"), reward_scale=0.0)
+    assert flat.layer_weight.tolist() == [0.0, 0.0, 0.0]
+    sigmoid = prepare_targets(tree, torch.full((4,), 0.7), LossConfig(prm_weight="sigmoid"))
+    assert sigmoid.layer_weight.tolist() == [0.5, 0.5, 0.5]  # the first reading weighs a flat layer 0.5
+    one = layer_weight_tanh(torch.tensor(3.0), torch.tensor(2.0), 1.0)
+    assert one.item() == pytest.approx(math.tanh(1.0))
+
+
+def test_reward_scale_is_a_moving_average_of_the_leaf_reward_std() -> None:
+    scale = RewardScale(momentum=0.5)
+    assert scale.update(torch.tensor([0.3, 0.3])) == 0.0  # no spread seen yet
+    assert scale.update(torch.tensor([0.0, 2.0])) == pytest.approx(1.0)
+    assert scale.update(torch.tensor([0.0, 4.0])) == pytest.approx(0.5 * 1.0 + 0.5 * 2.0)
+    assert scale.update(torch.tensor([5.0, 5.0])) == pytest.approx(1.5)  # a flat batch leaves it
 
 
 def test_kl_term_needs_a_reference_and_is_zero_against_itself(tiny_model) -> None:

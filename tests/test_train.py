@@ -110,12 +110,15 @@ def test_comfyui_file_carries_alpha_tensors(two_iterations: Path) -> None:
     assert all(float(state[k]) == 8.0 for k in alphas)
 
 
-def test_resume_equals_uninterrupted(tmp_path: Path) -> None:
+# the tanh LayerTuning weight carries state (the reward spread s_ref), weighted up so a lost state shows
+@pytest.mark.parametrize("extra", [(), ("loss.prm_weight=tanh", "loss.prm_lambda=0.3")],
+                         ids=["default", "tanh"])
+def test_resume_equals_uninterrupted(tmp_path: Path, extra: tuple[str, ...]) -> None:
     straight = tmp_path / "straight"
-    run_training(_config("iterations=4"), straight, progress=False)
+    run_training(_config("iterations=4", *extra), straight, progress=False)
     split = tmp_path / "split"
-    run_training(_config("iterations=2"), split, progress=False)
-    config = resolve_config(None, ["iterations=4"], split, resume=True)
+    run_training(_config("iterations=2", *extra), split, progress=False)
+    config = resolve_config(None, ["iterations=4", *extra], split, resume=True)
     run_training(config, split, resume=True, progress=False)
     a = load_file(straight / "checkpoints/iter_000004/weights.safetensors")
     b = load_file(split / "checkpoints/iter_000004/weights.safetensors")
@@ -125,6 +128,7 @@ def test_resume_equals_uninterrupted(tmp_path: Path) -> None:
     with open(straight / "metrics.csv") as f, open(split / "metrics.csv") as g:
         ra, rb = list(csv.DictReader(f)), list(csv.DictReader(g))
     assert [r["reward_mean"] for r in ra] == [r["reward_mean"] for r in rb]
+    assert [r["prm_weight"] for r in ra] == [r["prm_weight"] for r in rb]
 
 
 def test_an_existing_run_is_never_overwritten(two_iterations: Path) -> None:

@@ -75,8 +75,17 @@ def grpo_edge_loss(log_prob: Tensor, log_prob_old: Tensor, advantages: Tensor,
 
 def layer_weight(best_value: Tensor, layer_mean: Tensor, layer_std: Tensor,
                  eta: float = 1.0) -> Tensor:
-    """LayerTuning weight ``sigmoid(eta (V(n*) - mean) / (std + 1e-8))``: 0.5 on a flat layer."""
+    """LayerTuning weight ``sigmoid(eta (V(n*) - mean) / (std + 1e-8))``: the first reading of the
+    paper. Since ``V(n*)`` is the layer's maximum it is always >= 0.5, and 0.5 on a flat layer."""
     return torch.sigmoid(eta * (best_value - layer_mean) / (layer_std + STD_EPS))
+
+
+def layer_weight_tanh(best_value: Tensor, layer_mean: Tensor, reward_scale: float,
+                      eta: float = 1.0) -> Tensor:
+    """LayerTuning weight ``tanh(eta (V(n*) - mean) / s_ref)`` (the corrected reading): 0 on a flat
+    layer (nothing to imitate), towards 1 when the best node stands out. ``s_ref`` is the usual
+    spread of leaf rewards (:class:`~.reward_scale.RewardScale`), not the layer's own std."""
+    return torch.tanh(eta * (best_value - layer_mean) / max(float(reward_scale), STD_EPS))
 
 
 def x0_target(x: Tensor, best_x0: Tensor, sigma: Tensor) -> Tensor:

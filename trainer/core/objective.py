@@ -36,6 +36,7 @@ from .losses import (
     clip_bounds,
     grpo_edge_loss,
     layer_weight,
+    layer_weight_tanh,
     path_target,
     renoised,
     velocity_mse,
@@ -59,6 +60,12 @@ PrmScale = Literal["logprob", "velocity"]
 negative log-likelihood (a KL between equal-std Gaussians) of the step the target velocity would
 take under the step the model takes. Without it the velocity MSE's gradient is hundreds of times
 the policy gradient's and, with Adam, drowns it. ``velocity``: the raw MSE of docs/algorithm.md."""
+PrmWeight = Literal["sigmoid", "tanh"]
+"""How the LayerTuning weight ``w_k`` of a layer is set. ``sigmoid``: ``sigmoid(eta (V(n*) - mean_k) /
+std_k)``, the first reading, always >= 0.5 (0.5 on a flat layer); ``tanh``: ``tanh(eta (V(n*) -
+mean_k) / s_ref)`` with ``s_ref`` the running std of leaf rewards, ~0 on a flat layer (the corrected
+reading of docs/algorithm.md). The default stays ``sigmoid`` until the benchmark's on/off ablation
+has measured both."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,7 @@ class LossConfig:
     prm_lambda: float = 0.01
     prm_target: PrmTarget = "x0"
     prm_eta: float = 1.0
+    prm_weight: PrmWeight = "sigmoid"
     prm_scale: PrmScale = "logprob"
     kl_beta: float = 0.0
     step_scale: StepScale = "none"
@@ -130,13 +138,15 @@ def step_factors(tree: Tree, mode: StepScale) -> Tensor:
 
 def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
                     reward_weights: Tensor | None = None, seed: int = 0,
-                    reduce: Reduce | None = None, first_prompt: int = 0) -> TrainTargets:
+                    reduce: Reduce | None = None, first_prompt: int = 0,
+                    reward_scale: float = 0.0) -> TrainTargets:
     """Advantages, clip bounds, loss weights and LayerTuning targets for one rollout.
 
     ``rewards``: ``[L]`` or ``[L, K]`` per leaf, in ``tree.leaf_node`` order (prompt-major).
     ``seed`` draws the fresh noise of the ``renoise`` target, per prompt (``first_prompt``: the
     index of this tree's first prompt in the whole batch). ``reduce`` sums over the ranks of a
-    data-parallel run (the ``batch`` advantage std).
+    data-parallel run (the ``batch`` advantage std). ``reward_scale``: ``s_ref`` of the ``tanh``
+    LayerTuning weight (:class:`~.reward_scale.RewardScale`).
     """
     rewards = rewards.detach().float().cpu()
     leaf_prompt = tree.node_prompt[tree.leaf_node]
@@ -165,7 +175,10 @@ def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
         # w_k uses the best node's value against its layer: broadcast it to the whole layer
         best_value = torch.zeros(int(groups.max()) + 1)
         best_value[groups[is_best]] = fwd_values[is_best]
-        w = layer_weight(best_value[groups], mean, std, config.prm_eta)
+        if config.prm_weight == "tanh":
+            w = layer_weight_tanh(best_value[groups], mean, reward_scale, config.prm_eta)
+        else:
+            w = layer_weight(best_value[groups], mean, std, config.prm_eta)
         layer_w[forwards] = w
         if config.prm_target == "x0":
             per_layer = torch.bincount(groups)[groups].float()

@@ -56,6 +56,15 @@ def _csv_lines(values: Sequence[str]) -> str:
     return buf.getvalue()
 
 
+def _with_columns(text: str, columns: Sequence[str]) -> str:
+    """The table ``text`` under the header ``columns`` (a superset of its own), cells kept by name
+    and new columns empty, so a run folder of an earlier version resumes with no data lost."""
+    rows = list(csv.reader(io.StringIO(text)))
+    header, body = rows[0], [r for r in rows[1:] if len(r) == len(rows[0])]
+    return "".join(_csv_lines(r) for r in [list(columns), *[
+        [dict(zip(header, row, strict=True)).get(col, "") for col in columns] for row in body]])
+
+
 class MetricsCsv:
     """Append-only metrics table with a fixed header, flushed and fsynced per row."""
 
@@ -67,7 +76,9 @@ class MetricsCsv:
         if self.path.is_file() and self.path.stat().st_size > 0:
             text = _complete_text(self.path)
             header = next(csv.reader(io.StringIO(text)), [])
-            if tuple(header) != self.columns:
+            if tuple(header) != self.columns and header and set(header) < set(self.columns):
+                text = _with_columns(text, self.columns)  # a run of an earlier version: add the new ones
+            elif tuple(header) != self.columns:
                 raise ValueError(f"{self.path}: existing header {header} differs from the expected "
                                  f"{list(self.columns)}; start a new run folder or keep the same metrics")
             if text != self.path.read_text(encoding="utf-8"):

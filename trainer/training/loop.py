@@ -22,6 +22,7 @@ from ..core.clip_spread import ClipSpread, top_bound
 from ..core.flow import make_sigmas
 from ..core.losses import clip_bounds
 from ..core.objective import LossConfig, TrainTargets, backward_over_tree, prepare_targets
+from ..core.reward_scale import RewardScale
 from ..core.strategies import DanceGRPOConfig, build_plan, window_start
 from ..core.tree import RolloutPlan, Tree, rollout
 from ..embedded.policy import EmbeddedPolicy
@@ -50,7 +51,7 @@ from .evaluate import PromptSource, clean_renders, drift_loss, eval_pairs_for, e
 COLUMNS = (
     "iteration", "strategy", "window_start", "reward_mean", "reward_std", "reward_max",
     "exact_mean", "eval_reward", "eval_exact", "eval_colour", "eval_shape", "eval_position",
-    "eval_count", "drift", "loss", "grpo_loss", "prm_loss", "kl",
+    "eval_count", "drift", "loss", "grpo_loss", "prm_loss", "prm_weight", "kl",
     "clip_frac", "clip_scale", "ratio_dev_max", "grad_norm", "skipped_updates", "lr", "nfe_rollout",
     "nfe_train", "scored_images", "iteration_s", "wall_s",
 )
@@ -166,6 +167,18 @@ def update_chunks(fwd_prompt: torch.Tensor, fwd_step: torch.Tensor, forwards: to
     return chunks
 
 
+def layer_weight_sum(tree: Tree, targets: TrainTargets) -> tuple[float, int]:
+    """``(sum of the LayerTuning weights w_k over this rank's (prompt, layer) groups, groups)``:
+    their mean is the logged ``prm_weight``."""
+    forwards = targets.train_forwards
+    if forwards.numel() == 0:
+        return 0.0, 0
+    groups = tree.fwd_prompt[forwards] * len(tree.plan.ops) + tree.fwd_step[forwards]
+    unique, first = torch.unique(groups, return_inverse=True)
+    per_group = torch.zeros(unique.numel()).scatter_(0, first, targets.layer_weight[forwards].float())
+    return float(per_group.sum()), int(unique.numel())
+
+
 class TrainingStopped(ValueError):
     """The run cannot go on (e.g. every update diverges); its last checkpoint is intact."""
 
@@ -235,6 +248,7 @@ class Trainer:
                            if evaluation else [])
         self.prompts = PromptSource(d.prompts, config.seed, exclude=[p.prompt for p in self.eval_pairs])
         self.spread = ClipSpread(config.clip_spread, top_bound(config.loss.clip))
+        self.reward_scale = RewardScale()  # s_ref of the tanh LayerTuning weight
         self.skipped_in_a_row = 0
         # drift (flow loss on ideal renders) exists where renders do: the embedded model's scenes
         scene_eval = (evaluation and d.prompts == "scenes" and d.eval_prompts is None
@@ -246,6 +260,7 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         return {"clip_ema": -1.0 if self.spread.ema is None else self.spread.ema,
+                "reward_ema": -1.0 if self.reward_scale.ema is None else self.reward_scale.ema,
                 "torch_rng": torch.get_rng_state(), "skipped_in_a_row": self.skipped_in_a_row}
 
     def check_progress(self, iteration: int) -> None:
@@ -282,6 +297,8 @@ class Trainer:
         self.skipped_in_a_row = int(state.get("skipped_in_a_row", 0))
         ema = float(state.get("clip_ema", -1.0))
         self.spread.ema = None if ema < 0 else ema
+        reward_ema = float(state.get("reward_ema", -1.0))
+        self.reward_scale.ema = None if reward_ema < 0 else reward_ema
         if "torch_rng" in state:
             torch.set_rng_state(state["torch_rng"])
 
@@ -340,8 +357,12 @@ class Trainer:
             scores = self.reward(self.policy.decode(tree.leaf_latents), leaf_prompts)
         # several rewards: each normalised within the prompt's images, then weighted (MixGRPO)
         values = self.reward.training_signal(scores, leaf_prompt)
+        scale = 0.0
+        if c.loss.prm_weight == "tanh" and c.loss.prm_lambda != 0.0:  # s_ref over every rank's leaves
+            scale = self.reward_scale.update(gather(values.float(), self.dist))  # values: [L], one per leaf
         targets = prepare_targets(tree, values, self.loss_config(), seed=c.seed * 1_000_033 + iteration,
-                                  reduce=sum_over_ranks(self.dist), first_prompt=mine.start)
+                                  reduce=sum_over_ranks(self.dist), first_prompt=mine.start,
+                                  reward_scale=scale)
         return Rollout(list(prompts), mine.start, plan, cond, tree, scores, targets)
 
     def update(self, iteration: int, batch: Rollout) -> UpdateStats:
@@ -406,7 +427,9 @@ class Trainer:
         c, tree, scores = self.config, batch.tree, batch.scores
         rewards = gather(scores["reward"].float().cpu(), self.dist)
         exact = gather(scores["exact"].float(), self.dist) if "exact" in scores else None
+        weight_sum, layers = layer_weight_sum(tree, batch.targets)
         sums = reduce_sum({**stats.losses, "clipped": stats.clipped, "edges": stats.edges,
+                           "layer_weight": weight_sum, "layers": layers,
                            "nfe_rollout": tree.nfe, "nfe_train": stats.nfe_train,
                            "scored": tree.leaf_node.numel()}, self.dist)
         world = self.dist.world_size
@@ -417,6 +440,7 @@ class Trainer:
             "reward_max": float(rewards.max()),
             "exact_mean": float(exact.mean()) if exact is not None else None,
             **{key: sums[key] / world for key in LOSS_TERMS},  # each rank's loss is the batch's scale
+            "prm_weight": sums["layer_weight"] / sums["layers"] if sums["layers"] else None,
             "clip_frac": sums["clipped"] / max(1.0, sums["edges"]), "clip_scale": stats.clip_scale,
             "ratio_dev_max": reduce_max(stats.ratio_dev_max, self.dist),
             "grad_norm": float(np.mean(stats.grad_norms)), "skipped_updates": stats.skipped, "lr": stats.lr,

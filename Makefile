@@ -41,6 +41,7 @@ workflows: venv comfyui
 	$(PY) scripts/api_to_ui.py workflows/*.api.json
 
 # Open every UI workflow in ComfyUI's real web frontend (headless Chromium; on Debian:
-# apt-get install chromium-headless-shell) and compare it with its API file
+# apt-get install chromium-headless-shell) and compare it with its API file; a PNG of each
+# loaded workflow with: .venv/bin/python scripts/check_ui_workflows.py --screenshots DIR
 check-ui: venv comfyui
 	$(PY) scripts/check_ui_workflows.py

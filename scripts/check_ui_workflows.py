@@ -21,6 +21,7 @@ blocks; what the page logs while starting, before any file is loaded, is not cou
 
     .venv/bin/python scripts/check_ui_workflows.py                     # every workflows/*.json
     .venv/bin/python scripts/check_ui_workflows.py workflows/best_of_tree.json --browser /usr/bin/chromium
+    .venv/bin/python scripts/check_ui_workflows.py --screenshots shots/   # and a PNG of each, fitted to view
 
 Prints one line per workflow (name, nodes, links, OK or the differences); exit status 1 when any
 check failed, 2 when ComfyUI or the browser cannot be started.
@@ -29,6 +30,7 @@ check failed, 2 when ComfyUI or the browser cannot be started.
 from __future__ import annotations
 
 import argparse
+import base64
 import fcntl
 import json
 import os
@@ -52,6 +54,8 @@ BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-c
             "headless_shell")
 MISSING_MODELS_TITLE = "Missing Models"  # the frontend's dialog listing model files to download
 SETTINGS = {"Comfy.TutorialCompleted": True}  # no template browser over the canvas on first start
+# screenshots: node text stays drawn when a whole graph is fitted into view (default threshold 0.6)
+SCREENSHOT_SETTINGS = {"LiteGraph.Canvas.LowQualityRenderingZoomThreshold": 0.2}
 
 # In the page: load one file as a user does and describe what the frontend made of it.
 PAGE_CHECK = r"""
@@ -375,6 +379,22 @@ def check_file(tools: DevTools, ui_file: Path, origin: str) -> tuple[str, list[s
     return summary, failures, notes
 
 
+def save_screenshot(tools: DevTools, folder: Path, ui_file: Path) -> Path:
+    """The page as it shows the loaded workflow, as ``<folder>/<workflow>.png``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    # the whole graph in view, as the canvas's "fit view" (the "." key) shows it
+    tools.evaluate("(() => { const c = window.app && window.app.canvas;"
+                   " if (c && c.fitViewToSelectionAnimated) c.fitViewToSelectionAnimated({duration: 1});"
+                   " else if (c && c.ds && c.ds.fitToBounds && app.graph.getBounding)"
+                   " c.ds.fitToBounds(app.graph.getBounding());"
+                   " if (c) c.setDirty(true, true); return true; })()")
+    time.sleep(0.5)
+    shot = tools.call("Page.captureScreenshot", {"format": "png"})
+    path = folder / (ui_file.name[: -len(".json")] + ".png")
+    path.write_bytes(base64.b64decode(shot["data"]))
+    return path
+
+
 def ui_files(given: list[Path]) -> list[Path]:
     files = given or sorted(p for p in (REPO / "workflows").glob("*.json")
                             if not p.name.endswith(".api.json"))
@@ -393,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="ComfyUI folder (default: $TREERPO_COMFYUI, else the checkout's .comfyui)")
     parser.add_argument("--browser", default=None, help="Chromium executable (default: first on PATH)")
     parser.add_argument("--verbose", action="store_true", help="also list what the page logged on start")
+    parser.add_argument("--screenshots", type=Path, default=None,
+                        help="also save a PNG of each loaded workflow into this folder (1400x900)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
@@ -410,10 +432,14 @@ def main(argv: list[str] | None = None) -> int:
         tools: DevTools | None = None
         try:
             server = start_server(comfyui.resolve(), Path(tmp) / "comfyui")
-            request = urllib.request.Request(server.url + "/settings", data=json.dumps(SETTINGS).encode(),
+            settings = {**SETTINGS, **(SCREENSHOT_SETTINGS if args.screenshots is not None else {})}
+            request = urllib.request.Request(server.url + "/settings", data=json.dumps(settings).encode(),
                                              headers={"Content-Type": "application/json"})
             urllib.request.urlopen(request, timeout=30).close()
             tools = DevTools(browser, Path(tmp) / "profile")
+            if args.screenshots is not None:
+                tools.call("Emulation.setDeviceMetricsOverride",
+                           {"width": 1400, "height": 900, "deviceScaleFactor": 1, "mobile": False})
             tools.call("Page.navigate", {"url": server.url + "/"})
             count = wait_for_app(tools)
             boot, _ = problems_in_log(tools.take_events(), server.url)
@@ -429,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
                       + "".join(f" ({note})" for note in notes))
                 for line in failures:
                     print(f"  - {line}")
+                if args.screenshots is not None:
+                    print(f"  screenshot: {save_screenshot(tools, args.screenshots, file)}")
         except (BrowserError, AssertionError, OSError) as err:
             print(f"check_ui_workflows: error: {str(err).strip()}", file=sys.stderr)
             return 2

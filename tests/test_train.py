@@ -6,6 +6,7 @@ import csv
 import itertools
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from dynamic_treerpo.trainer.config.schema import OptimConfig, TrainConfig
 from dynamic_treerpo.trainer.embedded.policy import EmbeddedPolicy
 from dynamic_treerpo.trainer.inference.sample import load_lora_file
 from dynamic_treerpo.trainer.models.patches import image_ids, pack
-from dynamic_treerpo.trainer.training.loop import COLUMNS
+from dynamic_treerpo.trainer.training.loop import COLUMNS, Trainer
 from dynamic_treerpo.trainer.training.run import resolve_config, run_training
 
 TREERPO = [sys.executable, "-m", "dynamic_treerpo.trainer"]  # the `treerpo` command
@@ -259,3 +260,37 @@ def test_training_steps_continue_as_one_run_and_leave_the_given_model_alone() ->
     assert all(torch.equal(v, base.transformer.state_dict()[k]) for k, v in before.items())
     with pytest.raises(ValueError, match="cannot continue a run with another seed"):
         train_steps(base.fresh_copy(), _config("iterations=2", "seed=1"), 1, previous=first)
+
+
+def _flat(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        out.update(_flat(value, path + ".") if isinstance(value, dict) else {path: value})
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["mixgrpo", "mixgrpo_flash", "dancegrpo"])
+def test_a_baseline_trains_with_its_published_loss_differing_from_the_tree_only_there(strategy: str) -> None:
+    tree = TrainConfig()
+    baseline = replace(tree, strategy=strategy)
+    ours, theirs = _flat(to_dict(tree.effective_loss)), _flat(to_dict(baseline.effective_loss))
+    assert {k for k in ours if ours[k] != theirs[k]} == {"advantage", "clip.mode", "prm_lambda"}
+    assert (theirs["advantage"], theirs["clip.mode"], theirs["clip.fixed"], theirs["prm_lambda"],
+            theirs["kl_beta"], theirs["adv_clip"]) == ("leaf", "fixed", 1e-4, 0.0, 0.0, 5.0)
+    assert tree.effective_clip_spread.enabled and not baseline.effective_clip_spread.enabled
+    assert tree.effective_loss == tree.loss  # Dynamic-TreeRPO: the loss section as configured
+    shared = replace(baseline, baseline_loss="shared")
+    assert shared.effective_loss == tree.loss and shared.effective_clip_spread == tree.clip_spread
+    # the published loss wins over the loss section, which only ``shared`` applies
+    tuned = replace(baseline, loss=replace(tree.loss, prm_lambda=0.5))
+    assert tuned.effective_loss.prm_lambda == 0.0
+
+
+def test_a_baseline_run_uses_the_fixed_published_clip_without_rescale() -> None:
+    trainer = Trainer(_config("strategy=mixgrpo", "mixgrpo.group_size=4", "mixgrpo.steps=5",
+                              "mixgrpo.window_size=2", "iterations=1"), evaluation=False)
+    trainer.step(0)
+    clip = trainer.loss_config().clip
+    assert (clip.mode, clip.fixed, clip.scale) == ("fixed", 1e-4, 1.0)
+    assert trainer.spread.ema is None  # no spread folded in: the rescale is off

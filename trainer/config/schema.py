@@ -22,6 +22,22 @@ EXPERIMENTAL_OPTIONS = (
     "tree.antithetic", "tree.noise_pool", "mixgrpo.noise_pool", "dancegrpo.noise_pool",
     "loss.advantage_std", "loss.advantage_baseline", "loss.prm_scale", "loss.step_scale",
 )
+BaselineLoss = Literal["published", "shared"]
+"""``published``: a baseline strategy (MixGRPO, MixGRPO-Flash, DanceGRPO) trains with its own
+published loss (:func:`published_baseline_loss`), whatever ``loss`` and ``clip_spread`` say;
+``shared``: with the ``loss`` and ``clip_spread`` sections as configured (Dynamic-TreeRPO's parts on
+a baseline's sampler, for ablations). Dynamic-TreeRPO always uses the sections as configured."""
+
+
+def published_baseline_loss(loss: LossConfig) -> LossConfig:
+    """The loss of MixGRPO's and DanceGRPO's public code: per-prompt group advantages of the leaf
+    rewards clipped at 5, the fixed ratio clip 1e-4, no LayerTuning term and no KL
+    (docs/algorithm.md, "Baselines"). The other fields (log-probability scale) are kept."""
+    return replace(loss, advantage="leaf", advantage_scale="std", advantage_std="group", adv_clip=5.0,
+                   clip=replace(loss.clip, mode="fixed", fixed=1e-4, asymmetric=False),
+                   prm_lambda=0.0, kl_beta=0.0)
+
+
 YAML_LAYOUT = YamlLayout(
     moved={option: f"experimental.{option}" for option in EXPERIMENTAL_OPTIONS},
     removed={"loss.clip.scale": "the clip spread sets it at every update"},
@@ -227,6 +243,7 @@ class TrainConfig:
     reward: str = "scene"
     reward_weights: dict[str, str] = field(default_factory=dict)
     strategy: Strategy = "dynamic_treerpo"
+    baseline_loss: BaselineLoss = "published"
     model: ModelConfig = field(default_factory=ModelConfig)
     lora: LoraSettings = field(default_factory=LoraSettings)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -261,6 +278,21 @@ class TrainConfig:
         if not self.lora.enabled and self.loss.kl_beta > 0:
             raise ValueError("loss.kl_beta > 0 needs a LoRA (lora.enabled: true): full fine-tuning "
                              "keeps no frozen reference model")
+
+    @property
+    def uses_published_loss(self) -> bool:
+        """A baseline strategy with ``baseline_loss: published``."""
+        return self.strategy != "dynamic_treerpo" and self.baseline_loss == "published"
+
+    @property
+    def effective_loss(self) -> LossConfig:
+        """The loss this run trains with (see ``BaselineLoss``)."""
+        return published_baseline_loss(self.loss) if self.uses_published_loss else self.loss
+
+    @property
+    def effective_clip_spread(self) -> ClipSpreadConfig:
+        """The clip-spread rescale this run uses: off for a baseline's published (fixed) clip."""
+        return replace(self.clip_spread, enabled=False) if self.uses_published_loss else self.clip_spread
 
     @property
     def strategy_config(self) -> StrategyConfig:

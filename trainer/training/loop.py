@@ -247,7 +247,7 @@ class Trainer:
         self.eval_pairs = (eval_pairs_for(d.prompts, d.eval_prompts, d.eval_pairs, d.eval_seed)
                            if evaluation else [])
         self.prompts = PromptSource(d.prompts, config.seed, exclude=[p.prompt for p in self.eval_pairs])
-        self.spread = ClipSpread(config.clip_spread, top_bound(config.loss.clip))
+        self.spread = ClipSpread(config.effective_clip_spread, top_bound(config.effective_loss.clip))
         self.reward_scale = RewardScale()  # s_ref of the tanh LayerTuning weight
         self.skipped_in_a_row = 0
         # drift (flow loss on ideal renders) exists where renders do: the embedded model's scenes
@@ -329,7 +329,8 @@ class Trainer:
     def loss_config(self) -> LossConfig:
         """The configured loss with clip bounds rescaled to the current ratio spread."""
         c = self.config
-        return replace(c.loss, clip=replace(c.loss.clip, scale=self.spread.scale()))
+        loss = c.effective_loss  # a baseline's published loss, or the loss section
+        return replace(loss, clip=replace(loss.clip, scale=self.spread.scale()))
 
     def step(self, iteration: int) -> dict[str, Any]:
         """Rollout, reward and ``updates_per_iteration`` optimizer updates; returns the metrics."""
@@ -358,7 +359,8 @@ class Trainer:
         # several rewards: each normalised within the prompt's images, then weighted (MixGRPO)
         values = self.reward.training_signal(scores, leaf_prompt)
         scale = 0.0
-        if c.loss.prm_weight == "tanh" and c.loss.prm_lambda != 0.0:  # s_ref over every rank's leaves
+        loss = c.effective_loss
+        if loss.prm_weight == "tanh" and loss.prm_lambda != 0.0:  # s_ref over every rank's leaves
             scale = self.reward_scale.update(gather(values.float(), self.dist))  # values: [L], one per leaf
         targets = prepare_targets(tree, values, self.loss_config(), seed=c.seed * 1_000_033 + iteration,
                                   reduce=sum_over_ranks(self.dist), first_prompt=mine.start,
@@ -379,7 +381,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = stats.lr
         loss_cfg = self.loss_config()
-        reference = self.reference_velocity if c.loss.kl_beta > 0 else None
+        reference = self.reference_velocity if c.effective_loss.kl_beta > 0 else None
         for k, chunk in enumerate(chunks):
             if k > 0:  # ratios have moved: re-centre the clip bounds on their measured spread
                 loss_cfg = self._rescale_clip_bounds(targets)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import sys
 from collections.abc import Iterable
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 PACKAGES = ("trainer", "nodes")
@@ -90,56 +91,18 @@ def layer_of(module: str, subpackages: set[str]) -> str:
     return "trainer"
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one member (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    counter = [0]
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (its members sorted), or None (``graphlib`` finds it)."""
+    try:
+        tuple(TopologicalSorter(graph).static_order())
+    except CycleError as err:
+        return sorted(set(err.args[1]))
+    return None
 
 
 def layer_order(graph: dict[str, set[str]]) -> list[str]:
-    """The layers from the bottom up (each uses only layers before it), when acyclic."""
-    order: list[str] = []
-    left = dict(graph)
-    while left:
-        ready = sorted(v for v, deps in left.items() if not (deps - set(order) - {v}))
-        if not ready:
-            return order + sorted(left)
-        order.extend(ready)
-        for v in ready:
-            del left[v]
-    return order
+    """The layers from the bottom up: each uses only layers before it (the graph is acyclic)."""
+    return list(TopologicalSorter(graph).static_order())
 
 
 def analyse(root: Path) -> tuple[list[str], dict[str, set[str]]]:
@@ -163,16 +126,18 @@ def analyse(root: Path) -> tuple[list[str], dict[str, set[str]]]:
         if module.startswith("trainer") and any(m.startswith("nodes") for m in inside):
             problems.append(f"{path.relative_to(root)} imports nodes/: the trainer never depends on the "
                             "nodes")
-    for component in cycles(graph):
-        problems.append("module import cycle: " + " <-> ".join(component))
+    cycle = find_cycle(graph)
+    if cycle:
+        problems.append("module import cycle: " + " <-> ".join(cycle))
     layers: dict[str, set[str]] = {}
     for module, deps in graph.items():
         mine = layer(module)
         layers.setdefault(mine, set()).update(layer(d) for d in deps if layer(d) != mine)
-    for component in cycles(layers):
+    cycle = find_cycle(layers)
+    if cycle:
         witnesses = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
-                           if layer(m) in component and layer(d) in component and layer(m) != layer(d))
-        problems.append("layer cycle: " + " <-> ".join(component) + " (" + "; ".join(witnesses[:6]) + ")")
+                           if layer(m) in cycle and layer(d) in cycle and layer(m) != layer(d))
+        problems.append("layer cycle: " + " <-> ".join(cycle) + " (" + "; ".join(witnesses[:6]) + ")")
     return problems, layers
 
 

@@ -23,7 +23,7 @@ from dynamic_treerpo.trainer.core.objective import (
     microbatch_loss,
     prepare_targets,
 )
-from dynamic_treerpo.trainer.core.reward_scale import RewardScale
+from dynamic_treerpo.trainer.core.running_scales import RewardScale
 from dynamic_treerpo.trainer.core.strategies import TreeConfig, build_plan
 from dynamic_treerpo.trainer.core.tree import rollout
 

@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
-from ..core.clip_spread import ClipSpreadConfig
 from ..core.objective import LossConfig
+from ..core.running_scales import ClipSpreadConfig
 from ..core.strategies import DanceGRPOConfig, MixGRPOConfig, Strategy, StrategyConfig, TreeConfig
 from .layout import YamlLayout
 

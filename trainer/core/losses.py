@@ -84,7 +84,7 @@ def layer_weight_tanh(best_value: Tensor, layer_mean: Tensor, reward_scale: floa
                       eta: float = 1.0) -> Tensor:
     """LayerTuning weight ``tanh(eta (V(n*) - mean) / s_ref)`` (the corrected reading): 0 on a flat
     layer (nothing to imitate), towards 1 when the best node stands out. ``s_ref`` is the usual
-    spread of leaf rewards (:class:`~.reward_scale.RewardScale`), not the layer's own std."""
+    spread of leaf rewards (:class:`~.running_scales.RewardScale`), not the layer's own std."""
     return torch.tanh(eta * (best_value - layer_mean) / max(float(reward_scale), STD_EPS))
 
 

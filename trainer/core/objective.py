@@ -107,7 +107,8 @@ class TrainTargets:
     renoise: Tensor | None = None  # [F, *latent] fresh noise of ``renoise`` rows (best forwards)
 
 
-def _layer_groups(tree: Tree, forwards: Tensor) -> Tensor:
+def layer_groups(tree: Tree, forwards: Tensor) -> Tensor:
+    """The (prompt, tree layer) group of each of ``forwards``, as one integer."""
     steps = len(tree.plan.ops)
     return tree.fwd_prompt[forwards] * steps + tree.fwd_step[forwards]
 
@@ -146,7 +147,7 @@ def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
     ``seed`` draws the fresh noise of the ``renoise`` target, per prompt (``first_prompt``: the
     index of this tree's first prompt in the whole batch). ``reduce`` sums over the ranks of a
     data-parallel run (the ``batch`` advantage std). ``reward_scale``: ``s_ref`` of the ``tanh``
-    LayerTuning weight (:class:`~.reward_scale.RewardScale`).
+    LayerTuning weight (:class:`~.running_scales.RewardScale`).
     """
     rewards = rewards.detach().float().cpu()
     leaf_prompt = tree.node_prompt[tree.leaf_node]
@@ -165,7 +166,7 @@ def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
     best = tree.leaf_node[best_pos]
     best_x0 = tree.leaf_latents[best_pos.to(tree.leaf_latents.device)]
     if forwards.numel():
-        groups = _layer_groups(tree, forwards)
+        groups = layer_groups(tree, forwards)
         fwd_values = values[tree.fwd_node[forwards]]
         mean, std = group_stats(fwd_values, groups)
         depth = tree.fwd_depth[forwards]

@@ -18,11 +18,10 @@ import torch
 
 from ..config.files import save_config
 from ..config.schema import TrainConfig
-from ..core.clip_spread import ClipSpread, top_bound
 from ..core.flow import make_sigmas
 from ..core.losses import clip_bounds
-from ..core.objective import LossConfig, TrainTargets, backward_over_tree, prepare_targets
-from ..core.reward_scale import RewardScale
+from ..core.objective import LossConfig, TrainTargets, backward_over_tree, layer_groups, prepare_targets
+from ..core.running_scales import ClipSpread, RewardScale, top_bound
 from ..core.strategies import DanceGRPOConfig, build_plan, window_start
 from ..core.tree import RolloutPlan, Tree, rollout
 from ..embedded.policy import EmbeddedPolicy
@@ -173,9 +172,9 @@ def layer_weight_sum(tree: Tree, targets: TrainTargets) -> tuple[float, int]:
     forwards = targets.train_forwards
     if forwards.numel() == 0:
         return 0.0, 0
-    groups = tree.fwd_prompt[forwards] * len(tree.plan.ops) + tree.fwd_step[forwards]
-    unique, first = torch.unique(groups, return_inverse=True)
-    per_group = torch.zeros(unique.numel()).scatter_(0, first, targets.layer_weight[forwards].float())
+    unique, group = torch.unique(layer_groups(tree, forwards), return_inverse=True)
+    # w_k is one value per group: writing each forward's into its group's slot keeps that value
+    per_group = torch.zeros(unique.numel()).scatter_(0, group, targets.layer_weight[forwards].float())
     return float(per_group.sum()), int(unique.numel())
 
 
@@ -247,7 +246,8 @@ class Trainer:
         self.eval_pairs = (eval_pairs_for(d.prompts, d.eval_prompts, d.eval_pairs, d.eval_seed)
                            if evaluation else [])
         self.prompts = PromptSource(d.prompts, config.seed, exclude=[p.prompt for p in self.eval_pairs])
-        self.spread = ClipSpread(config.effective_clip_spread, top_bound(config.effective_loss.clip))
+        self.loss = config.effective_loss  # a baseline's published loss, or the loss section
+        self.spread = ClipSpread(config.effective_clip_spread, top_bound(self.loss.clip))
         self.reward_scale = RewardScale()  # s_ref of the tanh LayerTuning weight
         self.skipped_in_a_row = 0
         # drift (flow loss on ideal renders) exists where renders do: the embedded model's scenes
@@ -328,9 +328,7 @@ class Trainer:
 
     def loss_config(self) -> LossConfig:
         """The configured loss with clip bounds rescaled to the current ratio spread."""
-        c = self.config
-        loss = c.effective_loss  # a baseline's published loss, or the loss section
-        return replace(loss, clip=replace(loss.clip, scale=self.spread.scale()))
+        return replace(self.loss, clip=replace(self.loss.clip, scale=self.spread.scale()))
 
     def step(self, iteration: int) -> dict[str, Any]:
         """Rollout, reward and ``updates_per_iteration`` optimizer updates; returns the metrics."""
@@ -359,8 +357,7 @@ class Trainer:
         # several rewards: each normalised within the prompt's images, then weighted (MixGRPO)
         values = self.reward.training_signal(scores, leaf_prompt)
         scale = 0.0
-        loss = c.effective_loss
-        if loss.prm_weight == "tanh" and loss.prm_lambda != 0.0:  # s_ref over every rank's leaves
+        if self.loss.prm_weight == "tanh" and self.loss.prm_lambda != 0.0:  # s_ref over every rank's leaves
             scale = self.reward_scale.update(gather(values.float(), self.dist))  # values: [L], one per leaf
         targets = prepare_targets(tree, values, self.loss_config(), seed=c.seed * 1_000_033 + iteration,
                                   reduce=sum_over_ranks(self.dist), first_prompt=mine.start,
@@ -381,7 +378,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = stats.lr
         loss_cfg = self.loss_config()
-        reference = self.reference_velocity if c.effective_loss.kl_beta > 0 else None
+        reference = self.reference_velocity if self.loss.kl_beta > 0 else None
         for k, chunk in enumerate(chunks):
             if k > 0:  # ratios have moved: re-centre the clip bounds on their measured spread
                 loss_cfg = self._rescale_clip_bounds(targets)

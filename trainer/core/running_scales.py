@@ -1,9 +1,15 @@
-"""Clip bounds that bind: a running estimate of how far the ratios actually move.
+"""Two running scales of a run, each a moving average over its iterations.
 
-With the element-averaged log-probability, ratios of an update stay within about 1e-5 of 1, so
+**Clip spread**: clip bounds that bind, from a running estimate of how far the ratios move. With
+the element-averaged log-probability, ratios of an update stay within about 1e-5 of 1, so
 clip bounds of 1e-4..1e-3 would never bind (docs/algorithm.md). After each update the spread
 ``quantile(|r - 1|)`` feeds an exponential moving average, and every clip bound is scaled so the
 top bound (``eps_high``, or ``fixed``) sits at that average.
+
+**Reward scale**: ``s_ref`` of the corrected LayerTuning weight ``tanh(eta (V(n*) - mean_k) /
+s_ref)``, the usual spread of leaf rewards, so a layer's best-node gap is judged against how much
+rewards usually vary: a flat layer weighs ~0, a standout one ~1. It averages the std of each
+iteration's leaf rewards (all ranks' leaves), updated before the iteration's targets are computed.
 """
 
 from __future__ import annotations
@@ -32,6 +38,14 @@ class ClipSpreadConfig:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
 
 
+def moving_average(average: float | None, value: float, momentum: float) -> float | None:
+    """``value`` folded into ``average`` (the first value starts it); a value that is not a
+    positive finite number (no spread measured) leaves the average as it is."""
+    if value <= 0.0 or not math.isfinite(value):
+        return average
+    return value if average is None else momentum * average + (1 - momentum) * value
+
+
 def top_bound(clip: ClipConfig) -> float:
     """The bound the spread is matched to: ``fixed`` for a fixed clip, else ``eps_high``."""
     return clip.fixed if clip.mode == "fixed" else clip.eps_high
@@ -55,8 +69,19 @@ class ClipSpread:
         """Fold the ratios of one update into the average (empty or degenerate spreads are skipped)."""
         if ratios.numel() == 0 or not self.config.enabled:
             return
-        value = float(ratio_spread(ratios, self.config.quantile))
-        if value <= 0.0 or not math.isfinite(value):
-            return
-        m = self.config.momentum
-        self.ema = value if self.ema is None else m * self.ema + (1 - m) * value
+        self.ema = moving_average(self.ema, float(ratio_spread(ratios, self.config.quantile)),
+                                  self.config.momentum)
+
+
+@dataclass
+class RewardScale:
+    """The moving average of the leaf rewards' std (state of one run, checkpointed)."""
+
+    momentum: float = 0.9
+    ema: float | None = None
+
+    def update(self, leaf_values: Tensor) -> float:
+        """Fold one iteration's leaf values in; returns ``s_ref`` (0 until a spread was seen)."""
+        value = float(leaf_values.detach().float().std(unbiased=False)) if leaf_values.numel() > 1 else 0.0
+        self.ema = moving_average(self.ema, value, self.momentum)
+        return 0.0 if self.ema is None else self.ema

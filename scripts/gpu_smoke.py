@@ -23,6 +23,11 @@ Measured on one H200 (torch 2.11, cuDNN attention off; docs/models.md): FLUX 4.3
 iteration, 25.3 GiB peak; SD3.5-large 4.2 s, 19.0 GiB; about 20 s per model including
 construction, far inside the 8-minute budget. ``--tiny`` runs tiny configs on the CPU in seconds
 (the test suite runs it).
+
+``--strategies all`` (or a comma list) times instead one warm iteration of every strategy at the
+paper's setting (``treerpo nfe``'s configs: 25 steps, window at 10, depth 4, binary branching, 16
+images per prompt for every strategy, each baseline with its published loss), after one warm-up
+iteration, and prints each one's time against MixGRPO's beside the paper's Table 1 ratios.
 """
 
 from __future__ import annotations
@@ -43,9 +48,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dynamic_treerpo.trainer.bench.nfe import PAPER_TREE, strategy_configs
+from dynamic_treerpo.trainer.config.published import published_loss
 from dynamic_treerpo.trainer.core.flow import flux_sigmas, shifted_sigmas
 from dynamic_treerpo.trainer.core.objective import LossConfig, backward_over_tree, prepare_targets
-from dynamic_treerpo.trainer.core.strategies import TreeConfig, build_plan
+from dynamic_treerpo.trainer.core.strategies import StrategyConfig, TreeConfig, build_plan, strategy_name
 from dynamic_treerpo.trainer.core.tree import rollout
 from dynamic_treerpo.trainer.lora.adapters import attach_lora
 from dynamic_treerpo.trainer.models.flux import FluxPolicy
@@ -67,6 +74,9 @@ TINY_SD3 = {**SD35_LARGE, "sample_size": 8, "num_layers": 2, "attention_head_dim
 LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
 TREE = TreeConfig(steps=10, window_start=3, depth=3, branching=2)
 PROMPTS = ["a red fox in the snow"]
+# the paper's Table 1 (FLUX.1-dev, seconds per iteration) as ratios to MixGRPO's 240 s
+PAPER_TABLE1 = {"dancegrpo": 323 / 240, "mixgrpo": 1.0, "mixgrpo_flash": 166 / 240,
+                "dynamic_treerpo": 151 / 240}
 
 
 @dataclass(frozen=True)
@@ -76,15 +86,15 @@ class ModelCase:
     config: dict
     text_tokens: int
     policy: type
-    sigmas: Callable[[int], torch.Tensor]  # image tokens -> grid
+    sigmas: Callable[[int, int], torch.Tensor]  # (steps, image tokens) -> grid
 
 
 def cases(tiny: bool) -> list[ModelCase]:
     return [
         ModelCase("flux", "FluxTransformer2DModel", TINY_FLUX if tiny else FLUX_DEV, 512, FluxPolicy,
-                  lambda tokens: flux_sigmas(TREE.steps, tokens)),
+                  lambda steps, tokens: flux_sigmas(steps, tokens)),
         ModelCase("sd3", "SD3Transformer2DModel", TINY_SD3 if tiny else SD35_LARGE, 77 + 256, SD3Policy,
-                  lambda tokens: shifted_sigmas(TREE.steps, 3.0)),
+                  lambda steps, tokens: shifted_sigmas(steps, 3.0)),
     ]
 
 
@@ -154,11 +164,12 @@ def fail(message: str) -> None:
     raise RuntimeError(message)
 
 
-def iteration(policy, optimizer, params, sigmas: torch.Tensor, index: int, loss_cfg: LossConfig) -> dict:
+def iteration(policy, optimizer, params, sigmas: torch.Tensor, index: int, loss_cfg: LossConfig,
+              strategy: StrategyConfig = TREE) -> dict:
     """One iteration as ``Trainer.step`` runs it (one update per rollout)."""
     device = policy.device
     start = time.perf_counter()
-    plan = build_plan(TREE, sigmas, TREE.window_start, seed=index, noise_unshuffle=policy.latent_unshuffle)
+    plan = build_plan(strategy, sigmas, seed=index, noise_unshuffle=policy.latent_unshuffle)
     policy.eval()
     cond = policy.encode(PROMPTS)
     sync(device)
@@ -191,7 +202,8 @@ def iteration(policy, optimizer, params, sigmas: torch.Tensor, index: int, loss_
             "leaves": int(tree.leaf_node.numel())}
 
 
-def run_case(case: ModelCase, device: torch.device, dtype: torch.dtype, size: int) -> dict:
+def run_case(case: ModelCase, device: torch.device, dtype: torch.dtype, size: int,
+             strategies: list[str] | None = None) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
@@ -212,7 +224,9 @@ def run_case(case: ModelCase, device: torch.device, dtype: torch.dtype, size: in
           f"{policy.latent_shape}, {policy.image_tokens} image tokens, {case.text_tokens} text tokens, "
           f"forwards_per_row={getattr(policy, 'forwards_per_row', 1)}, "
           f"LoRA {sum(p.numel() for p in params) / 1e6:.2f}M", flush=True)
-    sigmas = case.sigmas(policy.image_tokens)
+    if strategies:
+        return time_strategies(case, policy, optimizer, params, strategies)
+    sigmas = case.sigmas(TREE.steps, policy.image_tokens)
     results = []
     for index in range(2):
         r = iteration(policy, optimizer, params, sigmas, index, LossConfig())
@@ -239,12 +253,39 @@ def run_case(case: ModelCase, device: torch.device, dtype: torch.dtype, size: in
     return summary
 
 
+def time_strategies(case: ModelCase, policy, optimizer, params, names: list[str]) -> dict:
+    """One warm-up iteration, then one timed iteration of each named strategy at the paper's setting."""
+    configs = strategy_configs(PAPER_TREE)
+    sigmas = case.sigmas(PAPER_TREE.steps, policy.image_tokens)
+    iteration(policy, optimizer, params, sigmas, 0, LossConfig(), PAPER_TREE)  # warm-up, not timed
+    times = {}
+    for index, name in enumerate(names, start=1):
+        cfg = configs[name]
+        loss = LossConfig()
+        if not isinstance(cfg, TreeConfig):  # a baseline with its own published loss
+            loss = published_loss(strategy_name(cfg), loss)
+        r = iteration(policy, optimizer, params, sigmas, index, loss, cfg)
+        times[name] = r["iteration_s"]
+        print(f"RESULT model={case.name} strategy={name} iteration_s={r['iteration_s']:.3f} "
+              f"rollout_forwards={r['rollout_forwards']} train_forwards={r['train_forwards']} "
+              f"leaves={r['leaves']}", flush=True)
+    if "mixgrpo" in times:
+        for name, t in times.items():
+            paper = PAPER_TABLE1.get(name)
+            print(f"RATIO model={case.name} strategy={name} vs_mixgrpo={t / times['mixgrpo']:.3f} "
+                  f"paper_table1={'-' if paper is None else f'{paper:.3f}'}", flush=True)
+    return times
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="tiny configs on the CPU (seconds)")
     parser.add_argument("--device", default=None, help="default: cuda (cpu with --tiny)")
     parser.add_argument("--models", default="flux,sd3", help="comma-separated subset of flux,sd3")
     parser.add_argument("--size", type=int, default=None, help="pixels (default 512; 64 with --tiny)")
+    parser.add_argument("--strategies", default=None,
+                        help="time one iteration of each strategy at the paper's setting instead: 'all' or "
+                             "a comma-separated subset of " + ",".join(strategy_configs(PAPER_TREE)))
     parser.add_argument("--cudnn-attention", action="store_true",
                         help="allow attention's cuDNN backend (off, as in the trainer: with torch 2.11 and "
                              "cuDNN 9.19 it failed FLUX's backward with an illegal memory access)")
@@ -262,13 +303,22 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen or len(chosen) != len(wanted):
         print(f"gpu_smoke: unknown model in {args.models!r}; choose from flux,sd3", file=sys.stderr)
         return 2
+    known = list(strategy_configs(PAPER_TREE))
+    strategies = None
+    if args.strategies:
+        strategies = known if args.strategies == "all" else [s.strip() for s in args.strategies.split(",")]
+        unknown = [s for s in strategies if s not in known]
+        if unknown:
+            print(f"gpu_smoke: unknown strategy {unknown[0]!r}; choose from {','.join(known)}",
+                  file=sys.stderr)
+            return 2
     start = time.perf_counter()
     if device.type == "cuda":
         print(f"gpu_smoke: {torch.cuda.get_device_name(device)}, torch {torch.__version__}", flush=True)
     failed = False
     for case in chosen:
         try:
-            run_case(case, device, dtype, size)
+            run_case(case, device, dtype, size, strategies)
         except Exception as err:  # report the model and go on with the next; the exit code says it failed
             failed = True
             traceback.print_exc()

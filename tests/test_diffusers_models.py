@@ -462,6 +462,25 @@ def test_gpu_smoke_runs_tiny_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:
     assert "iteration 2" in out and "ok" in out.splitlines()[-1]
 
 
+def test_gpu_smoke_times_strategies_at_the_papers_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    smoke = load_smoke()
+    chosen = "mixgrpo,dynamic_treerpo,branchgrpo"
+    assert smoke.main(["--tiny", "--models", "flux", "--strategies", chosen]) == 0
+    out = capsys.readouterr().out
+    rows = {}
+    for line in out.splitlines():
+        if line.startswith(("RESULT ", "RATIO ")):
+            fields = dict(item.split("=", 1) for item in line.split()[1:])
+            rows.setdefault(fields["strategy"], {}).update(fields)
+    assert set(rows) == set(chosen.split(","))
+    # the paper's setting: 16 images, forwards as treerpo nfe counts them (FLUX: one forward per row)
+    forwards = [rows[s]["rollout_forwards"] for s in ("mixgrpo", "dynamic_treerpo", "branchgrpo")]
+    assert forwards == ["400", "201", "181"]
+    assert float(rows["mixgrpo"]["vs_mixgrpo"]) == 1.0 and rows["dynamic_treerpo"]["paper_table1"] == "0.629"
+    assert rows["branchgrpo"]["paper_table1"] == "-"
+    assert smoke.main(["--tiny", "--strategies", "nope"]) == 2
+
+
 def test_gpu_smoke_fails_loudly(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     smoke = load_smoke()
     assert smoke.main(["--tiny", "--models", "nope"]) == 2

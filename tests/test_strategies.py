@@ -7,13 +7,14 @@ import torch
 
 from dynamic_treerpo.trainer.core.flow import make_sigmas
 from dynamic_treerpo.trainer.core.strategies import (
+    BranchGRPOConfig,
     DanceGRPOConfig,
+    FlowGRPOConfig,
     MixGRPOConfig,
     TreeConfig,
     build_plan,
     closed_form,
     compressed_tail_steps,
-    dancegrpo_train_steps,
     strategy_name,
     window_start,
 )
@@ -29,6 +30,10 @@ CONFIGS = [
     TreeConfig(steps=25, window_start=10, tail="dpm2m"),
     TreeConfig(steps=20, window_start=3, depth=3, branching=3, trees_per_prompt=2, tail="dpm2m",
                tail_compression=0.25),
+    FlowGRPOConfig(steps=10, group_size=6),
+    FlowGRPOConfig(steps=10, group_size=6, fast=True),
+    BranchGRPOConfig(steps=20, splits=4),
+    BranchGRPOConfig(steps=10, splits=3, branching=3),
 ]
 
 
@@ -67,14 +72,40 @@ def test_flash_tail_is_compressed_and_ends_at_zero() -> None:
 
 def test_plans_have_the_published_shape() -> None:
     sig = make_sigmas("shift", 16)
-    dance = build_plan(DanceGRPOConfig(), sig, seed=3)
+    dance = build_plan(DanceGRPOConfig(), sig)
     assert [op.solver for op in dance.ops] == ["sde"] * 15 + ["euler"]
-    assert sum(op.train for op in dance.ops) == 9  # floor(0.6 * 15)
+    assert dance.trained_per_row == 9  # floor(0.6 * 15), drawn per trajectory at rollout
     assert dance.shared_root_noise and dance.roots_per_prompt == 12
-    assert dancegrpo_train_steps(DanceGRPOConfig(), 3) != dancegrpo_train_steps(DanceGRPOConfig(), 4)
     mix = build_plan(MixGRPOConfig(steps=16, window_start=5, share_trunk=True), sig)
     assert [op.branch for op in mix.ops if op.solver == "sde"] == [12, 1, 1, 1]
     assert [i for i, op in enumerate(mix.ops) if op.train] == [5, 6, 7, 8]
+    sig10 = make_sigmas("shift", 10)
+    flow = build_plan(FlowGRPOConfig(), sig10)
+    assert [op.train for op in flow.ops] == [True] * 9 + [False] and not flow.shared_root_noise
+    fast = [build_plan(FlowGRPOConfig(fast=True), sig10, seed=s) for s in range(40)]
+    starts = {p.window_start for p in fast}
+    assert starts == set(range(8))  # 2 SDE steps anywhere before the last step
+    for p in fast:
+        assert [i for i, op in enumerate(p.ops) if op.solver == "sde"] == [p.window_start, p.window_start + 1]
+    branch = build_plan(BranchGRPOConfig(), make_sigmas("shift", 20))
+    assert [i for i, op in enumerate(branch.ops) if op.branch == 2] == [0, 5, 10, 15]
+    assert branch.ops[5].noise_level == pytest.approx(0.3 * 4.0) and branch.ops[6].noise_level == 0.3
+    assert branch.leaves_per_prompt == 16 and all(op.train for op in branch.ops[:-1])
+
+
+def test_dancegrpo_draws_its_trained_steps_per_trajectory() -> None:
+    plan = build_plan(DanceGRPOConfig(steps=10, group_size=8), make_sigmas("shift", 10))
+    tree = rollout(lambda x, s, c: 0.1 * x, None, plan, [0, 1], (2,))
+    steps_of = {}
+    for e in tree.edge_train.nonzero().flatten().tolist():
+        leaf_row = int(tree.edge_child[e])
+        while int(tree.node_parent[leaf_row]) >= 0:
+            leaf_row = int(tree.node_parent[leaf_row])
+        steps_of.setdefault(leaf_row, []).append(int(tree.edge_step[e]))
+    assert len(steps_of) == 16 and all(len(v) == 5 for v in steps_of.values())  # floor(0.6 * 9)
+    assert len({tuple(sorted(v)) for v in steps_of.values()}) > 4  # not one draw for all
+    again = rollout(lambda x, s, c: 0.1 * x, None, plan, [0, 1], (2,))
+    assert torch.equal(tree.edge_train, again.edge_train)
 
 
 def test_shared_noise_roots_start_identical() -> None:

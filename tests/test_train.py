@@ -270,14 +270,27 @@ def _flat(data: dict, prefix: str = "") -> dict:
     return out
 
 
-@pytest.mark.parametrize("strategy", ["mixgrpo", "mixgrpo_flash", "dancegrpo"])
+PUBLISHED_DIFFERENCES = {
+    # strategy: (the loss fields that differ from Dynamic-TreeRPO's, and their published values)
+    "mixgrpo": {"advantage": "leaf", "clip.mode": "fixed", "prm_lambda": 0.0},
+    "mixgrpo_flash": {"advantage": "leaf", "clip.mode": "fixed", "prm_lambda": 0.0},
+    "dancegrpo": {"advantage": "leaf", "clip.mode": "fixed", "prm_lambda": 0.0},
+    "flow_grpo": {"advantage": "leaf", "clip.mode": "fixed", "prm_lambda": 0.0,
+                  "advantage_std": "batch", "kl_beta": 0.04},
+    "flow_grpo_fast": {"advantage": "leaf", "clip.mode": "fixed", "prm_lambda": 0.0,
+                       "advantage_std": "batch", "kl_beta": 0.04},
+    "branchgrpo": {"node_value": "mean", "clip.mode": "fixed", "clip.fixed": 1e-3, "prm_lambda": 0.0},
+}
+
+
+@pytest.mark.parametrize("strategy", sorted(PUBLISHED_DIFFERENCES))
 def test_a_baseline_trains_with_its_published_loss_differing_from_the_tree_only_there(strategy: str) -> None:
     tree = TrainConfig()
     baseline = replace(tree, strategy=strategy)
     ours, theirs = _flat(to_dict(tree.effective_loss)), _flat(to_dict(baseline.effective_loss))
-    assert {k for k in ours if ours[k] != theirs[k]} == {"advantage", "clip.mode", "prm_lambda"}
-    assert (theirs["advantage"], theirs["clip.mode"], theirs["clip.fixed"], theirs["prm_lambda"],
-            theirs["kl_beta"], theirs["adv_clip"]) == ("leaf", "fixed", 1e-4, 0.0, 0.0, 5.0)
+    differs = {k: theirs[k] for k in ours if ours[k] != theirs[k]}
+    assert differs == PUBLISHED_DIFFERENCES[strategy]
+    assert (theirs["adv_clip"], theirs["clip.asymmetric"]) == (5.0, False)
     assert tree.effective_clip_spread.enabled and not baseline.effective_clip_spread.enabled
     assert tree.effective_loss == tree.loss  # Dynamic-TreeRPO: the loss section as configured
     shared = replace(baseline, baseline_loss="shared")
@@ -285,6 +298,11 @@ def test_a_baseline_trains_with_its_published_loss_differing_from_the_tree_only_
     # the published loss wins over the loss section, which only ``shared`` applies
     tuned = replace(baseline, loss=replace(tree.loss, prm_lambda=0.5))
     assert tuned.effective_loss.prm_lambda == 0.0
+
+
+def test_flow_grpo_published_kl_needs_a_lora() -> None:
+    with pytest.raises(ValueError, match=r"flow_grpo's published loss .* needs a LoRA"):
+        _config("strategy=flow_grpo", "lora.enabled=false")
 
 
 def test_a_baseline_run_uses_the_fixed_published_clip_without_rescale() -> None:

@@ -141,36 +141,84 @@ def _bench_parser(kinds: argparse._SubParsersAction, name: str, help_text: str, 
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="benchmarks: the strategies side by side on the embedded default")
+    p = sub.add_parser("bench", help="benchmarks: the recipes side by side on the embedded default")
     kinds = p.add_subparsers(dest="bench", required=True)
-    _bench_parser(kinds, "compare", "train every strategy on the same training-time budget",
-                  "runs/bench", True).set_defaults(func=_run_bench_compare)
-    _bench_parser(kinds, "ablate", "the paper's knobs one at a time, each on the same budget",
-                  "runs/ablate", True).set_defaults(func=_run_bench_ablate)
+    q = _bench_parser(kinds, "protocol", "every recipe as published, like for like, at its best rate, "
+                      "on equal images and equal seconds, over seeds; the paper's parts one at a time",
+                      "runs/protocol", False)
+    q.add_argument("--quick", action="store_true",
+                   help="a smoke run of every arm (2 seeds, a few iterations, tiny batches): what CI runs")
+    q.add_argument("--seeds", type=int, default=None, help="seeds per arm (default 5; --quick 2)")
+    q.add_argument("--images", type=int, default=None, help="scored images per run (default 1536)")
+    q.add_argument("--seconds", type=float, default=None,
+                   help="equal-seconds budget (default: MixGRPO's time for the image budget)")
+    q.add_argument("--docs", type=Path, default=None,
+                   help="also write this results page (e.g. docs/results.md) and its plots beside it")
+    q.set_defaults(func=_run_bench_protocol)
+    r = kinds.add_parser("report", help="rebuild bench.json, the plots and results.md from protocol.json")
+    r.add_argument("--out", type=Path, default=Path("runs/protocol"), help="the protocol's folder")
+    r.add_argument("--docs", type=Path, default=None, help="also write this results page")
+    r.set_defaults(func=_run_bench_report)
     _bench_parser(kinds, "sampler", "tree sampler overhead and training memory at 16 and 64 leaves",
                   "runs/sampler", False).set_defaults(func=_run_bench_sampler)
 
 
-def _run_bench_compare(args: argparse.Namespace) -> int:
-    from .bench.benchmark import BASELINES, compare, format_rows
-    from .config.files import load_config
-    from .config.schema import TrainConfig
+PROTOCOL_OVERRIDES = ("data.prompts_per_iteration=8", "data.eval_pairs=64")
+"""The protocol's test bed: the default config with 8 prompts per iteration (64 scored images)
+and 64 test pairs, so that 8 arms x 5 seeds x 2 budgets fit in about an hour on 2 CPU cores."""
 
-    config = load_config(TrainConfig, args.config, args.overrides)
-    rows = compare(config, args.budget_seconds, args.seeds, args.out, args.eval_every)
-    finals = [r["final_eval_reward"] for r in rows if r["strategy"] in BASELINES]
-    print(format_rows(rows, max(finals) if finals else None))
-    print(f"written: {args.out / 'bench.json'}, {args.out / 'reward_vs_time.png'}")
+
+def _run_bench_protocol(args: argparse.Namespace) -> int:
+    import shlex
+    import sys
+    import time
+    from dataclasses import replace
+
+    from .bench.protocol import QUICK, QUICK_OVERRIDES, Budget, run_protocol, save
+    from .bench.report import format_summary, write_report
+
+    budget = QUICK if args.quick else Budget()
+    changes = {k: v for k, v in (("seeds", args.seeds), ("images", args.images), ("seconds", args.seconds))
+               if v is not None}
+    budget = replace(budget, **changes)
+    base = [*(QUICK_OVERRIDES if args.quick else PROTOCOL_OVERRIDES), *args.overrides]
+    start = time.perf_counter()
+    result = run_protocol(budget, base, args.config)
+    wall = time.perf_counter() - start
+    save(result, args.out)
+    command = "treerpo " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["bench"] \
+        else f"treerpo bench protocol --out {args.out}" + (f" --docs {args.docs}" if args.docs else "")
+    rows = write_report(result, args.out, command, wall, args.docs)
+    print(format_summary(rows, result))
+    print(f"written: {args.out / 'protocol.json'}, {args.out / 'bench.json'}, {args.out / 'results.md'}"
+          + (f", {args.docs}" if args.docs else "") + f" ({wall / 60:.1f} min)")
     return 0
 
 
-def _run_bench_ablate(args: argparse.Namespace) -> int:
-    from .bench.ablate import ablate, format_ablation
+def _run_bench_report(args: argparse.Namespace) -> int:
 
-    rows = ablate(args.config, args.overrides, args.budget_seconds, args.seeds, args.out, args.eval_every)
-    print(format_ablation(rows))
-    print(f"written: {args.out / 'ablate.json'}")
+    from .bench.protocol import ProtocolResult
+    from .bench.report import format_summary, write_report
+
+    path = args.out / "protocol.json"
+    if not path.is_file():
+        raise SystemExit(f"error: {path} not found: run `treerpo bench protocol --out {args.out}` first")
+    result = ProtocolResult.from_json(json.loads(path.read_text()))
+    old = (args.out / "results.md").read_text() if (args.out / "results.md").is_file() else ""
+    command = next((line for line in old.splitlines() if line.startswith("treerpo bench protocol")),
+                   f"treerpo bench protocol --out {args.out}")
+    wall = _wall_from(old)
+    rows = write_report(result, args.out, command, wall, args.docs)
+    print(format_summary(rows, result))
     return 0
+
+
+def _wall_from(results_md: str) -> float:
+    """The wall time a previous results page recorded (minutes), in seconds; 0 when none."""
+    import re
+
+    found = re.search(r"wall time (\d+) min", results_md)
+    return 60.0 * float(found.group(1)) if found else 0.0
 
 
 def _run_bench_sampler(args: argparse.Namespace) -> int:

@@ -13,7 +13,9 @@ import torch
 from ..core.flow import make_sigmas
 from ..core.objective import LossConfig, backward_over_tree, prepare_targets
 from ..core.strategies import (
+    BranchGRPOConfig,
     DanceGRPOConfig,
+    FlowGRPOConfig,
     MixGRPOConfig,
     StrategyConfig,
     TreeConfig,
@@ -36,8 +38,14 @@ def strategy_configs(tree: TreeConfig = PAPER_TREE, mixgrpo: MixGRPOConfig | Non
     mix = replace(mixgrpo or MixGRPOConfig(), steps=tree.steps, window_start=tree.window_start,
                   group_size=g, tail_compression=tree.tail_compression)
     dance = replace(dancegrpo or DanceGRPOConfig(), steps=tree.steps, group_size=g)
+    flow = FlowGRPOConfig(steps=tree.steps, group_size=g)
+    # BranchGRPO: as many binary splits as the tree's leaves need, spread evenly over the steps
+    branch = BranchGRPOConfig(steps=tree.steps, splits=max(1, (g - 1).bit_length()))
     return {
         "dancegrpo": dance,
+        "flow_grpo": flow,
+        "flow_grpo_fast": replace(flow, fast=True),
+        "branchgrpo": branch,
         "mixgrpo": mix,
         "mixgrpo_shared_trunk": replace(mix, share_trunk=True),
         "mixgrpo_flash": replace(mix, flash=True),

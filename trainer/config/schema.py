@@ -12,30 +12,31 @@ from typing import ClassVar, Literal
 
 from ..core.objective import LossConfig
 from ..core.running_scales import ClipSpreadConfig
-from ..core.strategies import DanceGRPOConfig, MixGRPOConfig, Strategy, StrategyConfig, TreeConfig
+from ..core.strategies import (
+    BranchGRPOConfig,
+    DanceGRPOConfig,
+    FlowGRPOConfig,
+    MixGRPOConfig,
+    Strategy,
+    StrategyConfig,
+    TreeConfig,
+)
 from .layout import YamlLayout
+from .published import published_loss
 
 # Options kept for experiments: each measured no better than its default on the embedded test bed
 # (docs/algorithm.md, "What moved the previous embedded default"). The math reads them in their
 # sections; YAML files keep them under ``experimental:`` so a newcomer's file shows what matters.
 EXPERIMENTAL_OPTIONS = (
     "tree.antithetic", "tree.noise_pool", "mixgrpo.noise_pool", "dancegrpo.noise_pool",
+    "flow_grpo.noise_pool", "branchgrpo.noise_pool",
     "loss.advantage_std", "loss.advantage_baseline", "loss.prm_scale", "loss.step_scale",
 )
 BaselineLoss = Literal["published", "shared"]
-"""``published``: a baseline strategy (MixGRPO, MixGRPO-Flash, DanceGRPO) trains with its own
-published loss (:func:`published_baseline_loss`), whatever ``loss`` and ``clip_spread`` say;
-``shared``: with the ``loss`` and ``clip_spread`` sections as configured (Dynamic-TreeRPO's parts on
-a baseline's sampler, for ablations). Dynamic-TreeRPO always uses the sections as configured."""
-
-
-def published_baseline_loss(loss: LossConfig) -> LossConfig:
-    """The loss of MixGRPO's and DanceGRPO's public code: per-prompt group advantages of the leaf
-    rewards clipped at 5, the fixed ratio clip 1e-4, no LayerTuning term and no KL
-    (docs/algorithm.md, "Baselines"). The other fields (log-probability scale) are kept."""
-    return replace(loss, advantage="leaf", advantage_scale="std", advantage_std="group", adv_clip=5.0,
-                   clip=replace(loss.clip, mode="fixed", fixed=1e-4, asymmetric=False),
-                   prm_lambda=0.0, kl_beta=0.0)
+"""``published``: a baseline strategy trains with its own published loss
+(:func:`~.published.published_loss`), whatever ``loss`` and ``clip_spread`` say; ``shared``: with
+the ``loss`` and ``clip_spread`` sections as configured (Dynamic-TreeRPO's parts on a baseline's
+sampler, for ablations). Dynamic-TreeRPO always uses the sections as configured."""
 
 
 YAML_LAYOUT = YamlLayout(
@@ -180,9 +181,9 @@ class WindowConfig:
 
     ``start`` None means the strategy's own ``window_start``."""
 
-    schedule: Literal["progressive", "random", "fixed"] = "fixed"
+    schedule: Literal["progressive", "random", "fixed"] = "progressive"
     start: int | None = None
-    every: int = 50
+    every: int = 10
     stride: int = 1
     roll_back: bool = True
 
@@ -255,6 +256,8 @@ class TrainConfig:
     mixgrpo: MixGRPOConfig = field(default_factory=lambda: MixGRPOConfig(steps=10, window_size=3,
                                                                         group_size=8))
     dancegrpo: DanceGRPOConfig = field(default_factory=lambda: DanceGRPOConfig(steps=10, group_size=8))
+    flow_grpo: FlowGRPOConfig = field(default_factory=lambda: FlowGRPOConfig(steps=10, group_size=8))
+    branchgrpo: BranchGRPOConfig = field(default_factory=lambda: BranchGRPOConfig(steps=10, splits=3))
     loss: LossConfig = field(default_factory=LossConfig)
     clip_spread: ClipSpreadConfig = field(default_factory=ClipSpreadConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -275,9 +278,12 @@ class TrainConfig:
         stray = sorted(set(self.reward_weights) - terms)
         if stray:
             raise ValueError(f"reward_weights names {stray[0]!r}, which is not in reward {self.reward!r}")
-        if not self.lora.enabled and self.loss.kl_beta > 0:
-            raise ValueError("loss.kl_beta > 0 needs a LoRA (lora.enabled: true): full fine-tuning "
-                             "keeps no frozen reference model")
+        if not self.lora.enabled and self.effective_loss.kl_beta > 0:
+            what = ("loss.kl_beta > 0" if self.effective_loss is self.loss else
+                    f"{self.strategy}'s published loss (KL to the reference, beta "
+                    f"{self.effective_loss.kl_beta})")
+            raise ValueError(f"{what} needs a LoRA (lora.enabled: true): full fine-tuning keeps no "
+                             "frozen reference model")
 
     @property
     def uses_published_loss(self) -> bool:
@@ -287,7 +293,7 @@ class TrainConfig:
     @property
     def effective_loss(self) -> LossConfig:
         """The loss this run trains with (see ``BaselineLoss``)."""
-        return published_baseline_loss(self.loss) if self.uses_published_loss else self.loss
+        return published_loss(self.strategy, self.loss) if self.uses_published_loss else self.loss
 
     @property
     def effective_clip_spread(self) -> ClipSpreadConfig:
@@ -301,4 +307,8 @@ class TrainConfig:
             return self.tree
         if self.strategy == "dancegrpo":
             return self.dancegrpo
+        if self.strategy in ("flow_grpo", "flow_grpo_fast"):
+            return replace(self.flow_grpo, fast=self.strategy == "flow_grpo_fast")
+        if self.strategy == "branchgrpo":
+            return self.branchgrpo
         return replace(self.mixgrpo, flash=self.strategy == "mixgrpo_flash")

@@ -1,4 +1,5 @@
-"""Strategies as rollout plans: Dynamic-TreeRPO, MixGRPO (+ trunk sharing, + Flash), DanceGRPO.
+"""Strategies as rollout plans: Dynamic-TreeRPO, MixGRPO (+ trunk sharing, + Flash), DanceGRPO,
+Flow-GRPO (+ Fast) and BranchGRPO.
 
 Each strategy has a typed config with the defaults of docs/algorithm.md and a ``plan`` function that
 turns it, a sigma grid and a window start into a :class:`RolloutPlan`. The closed-form forward
@@ -20,7 +21,8 @@ from .tree import RolloutPlan, StepOp
 
 Tail = Literal["euler", "dpm2m"]
 WindowSchedule = Literal["progressive", "random", "fixed"]
-Strategy = Literal["dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo"]
+Strategy = Literal["dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo", "flow_grpo",
+                   "flow_grpo_fast", "branchgrpo"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)  # the one list: config, nodes and benchmarks read it
 
 
@@ -102,7 +104,53 @@ class DanceGRPOConfig:
     noise_pool: int = 1
 
 
-StrategyConfig = TreeConfig | MixGRPOConfig | DanceGRPOConfig
+@dataclass(frozen=True)
+class FlowGRPOConfig:
+    """Flow-GRPO (yifan123/flow_grpo): ``group_size`` trajectories from independent initial noise,
+    SDE (``noise_level`` a) at every step but the last, every SDE step trained (its
+    ``timestep_fraction`` 0.99 of 10 steps). ``fast`` (Flow-GRPO-Fast): ODE everywhere but
+    ``fast_sde_steps`` consecutive SDE steps at a position drawn each iteration, and only those
+    trained. ``noise_pool`` as in :class:`TreeConfig`."""
+
+    steps: int = 10
+    group_size: int = 12
+    noise_level: float = 0.7
+    sde_kind: SdeKind = "flow_grpo"
+    fast: bool = False
+    fast_sde_steps: int = 2
+    noise_pool: int = 1
+
+    @property
+    def max_window_start(self) -> int:
+        """Last start of Flow-GRPO-Fast's SDE steps that avoids the final step."""
+        return self.steps - 1 - self.fast_sde_steps
+
+
+@dataclass(frozen=True)
+class BranchGRPOConfig:
+    """BranchGRPO (Fredreic1849/BranchGRPO): one root per prompt, SDE (constant ``eta``, DanceGRPO's
+    step) at every step but the last, a binary split at ``splits`` evenly spaced steps
+    ``0, T // splits, 2 T // splits, ...`` (its ``tree_split_rounds``), split steps drawing their
+    noise ``split_noise_scale`` times larger; every edge trained. Pruning is off in its published
+    script and not modelled. ``noise_pool`` as in :class:`TreeConfig`."""
+
+    steps: int = 20
+    splits: int = 4
+    branching: int = 2
+    eta: float = 0.3
+    split_noise_scale: float = 4.0
+    sde_kind: SdeKind = "dance"
+    noise_pool: int = 1
+
+    @property
+    def split_steps(self) -> tuple[int, ...]:
+        """The steps that branch: ``i * (T // splits)`` for ``i < splits``."""
+        interval = self.steps // self.splits if self.splits else 0
+        return tuple(i * interval for i in range(self.splits))
+
+
+StrategyConfig = (TreeConfig | MixGRPOConfig | DanceGRPOConfig | FlowGRPOConfig
+                  | BranchGRPOConfig)
 
 
 def strategy_name(config: StrategyConfig) -> str:
@@ -111,6 +159,10 @@ def strategy_name(config: StrategyConfig) -> str:
         return "dynamic_treerpo"
     if isinstance(config, MixGRPOConfig):
         return "mixgrpo_flash" if config.flash else "mixgrpo"
+    if isinstance(config, FlowGRPOConfig):
+        return "flow_grpo_fast" if config.fast else "flow_grpo"
+    if isinstance(config, BranchGRPOConfig):
+        return "branchgrpo"
     return "dancegrpo"
 
 
@@ -198,24 +250,70 @@ def mixgrpo_plan(config: MixGRPOConfig, sigmas: Tensor, window_start: int | None
                        noise=NoiseSubspace(config.noise_pool))
 
 
-def dancegrpo_train_steps(config: DanceGRPOConfig, seed: int) -> list[int]:
-    """The ``floor(f (T - 1))`` trained steps of one iteration, drawn from ``seed``."""
-    count = math.floor(config.train_fraction * (config.steps - 1))
-    return sorted(random.Random(seed).sample(range(config.steps - 1), count))
+def dancegrpo_train_count(config: DanceGRPOConfig) -> int:
+    """Trained steps of each trajectory: ``floor(f (T - 1))``."""
+    return math.floor(config.train_fraction * (config.steps - 1))
 
 
-def dancegrpo_plan(config: DanceGRPOConfig, sigmas: Tensor, seed: int = 0,
+def dancegrpo_plan(config: DanceGRPOConfig, sigmas: Tensor,
                    log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
-    """SDE with constant noise at steps ``0 .. T-2``, a deterministic last step."""
+    """SDE with constant noise at steps ``0 .. T-2``, a deterministic last step. Every SDE step is
+    marked trained; ``trained_per_row`` makes the trainer keep a random ``floor(f (T - 1))`` of them
+    for each trajectory, drawn per trajectory as DanceGRPO's code does."""
     grid = _check_grid(sigmas, config.steps)
     if config.steps < 2:
         raise ValueError("DanceGRPO needs steps >= 2 (the last step is deterministic)")
-    trained = set(dancegrpo_train_steps(config, seed))
-    ops = [StepOp(grid[i], grid[i + 1], "sde", 1, config.eta, train=i in trained)
+    if not 0.0 < config.train_fraction <= 1.0:
+        raise ValueError(f"dancegrpo.train_fraction must be in (0, 1], got {config.train_fraction}")
+    ops = [StepOp(grid[i], grid[i + 1], "sde", 1, config.eta, train=True)
            for i in range(config.steps - 1)]
     ops.append(StepOp(grid[-2], grid[-1]))
     return RolloutPlan("dancegrpo", tuple(ops), config.group_size,
                        shared_root_noise=config.share_initial_noise, sde_kind=config.sde_kind,
+                       window_start=0, log_prob_reduction=log_prob_reduction,
+                       noise=NoiseSubspace(config.noise_pool),
+                       trained_per_row=max(1, dancegrpo_train_count(config)))
+
+
+def flow_grpo_plan(config: FlowGRPOConfig, sigmas: Tensor, seed: int = 0,
+                   log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
+    """Flow-GRPO: SDE and trained at steps ``0 .. T-2``, a deterministic last step, independent
+    initial noise per image. Fast: SDE (trained) only at ``fast_sde_steps`` steps from a start drawn
+    from ``seed``, ODE elsewhere."""
+    grid = _check_grid(sigmas, config.steps)
+    if config.steps < 2:
+        raise ValueError("Flow-GRPO needs steps >= 2 (the last step is deterministic)")
+    if config.fast:
+        if not 1 <= config.fast_sde_steps <= config.steps - 1:
+            raise ValueError(f"flow_grpo.fast_sde_steps must be in [1, {config.steps - 1}], "
+                             f"got {config.fast_sde_steps}")
+        start = random.Random(seed).randint(0, config.max_window_start)
+        sde = range(start, start + config.fast_sde_steps)
+    else:
+        start, sde = 0, range(config.steps - 1)
+    ops = [StepOp(grid[i], grid[i + 1], "sde", 1, config.noise_level, train=True) if i in sde
+           else StepOp(grid[i], grid[i + 1]) for i in range(config.steps)]
+    return RolloutPlan(strategy_name(config), tuple(ops), config.group_size,
+                       shared_root_noise=False, sde_kind=config.sde_kind, window_start=start,
+                       log_prob_reduction=log_prob_reduction, noise=NoiseSubspace(config.noise_pool))
+
+
+def branchgrpo_plan(config: BranchGRPOConfig, sigmas: Tensor,
+                    log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
+    """BranchGRPO: one root, SDE and trained at steps ``0 .. T-2`` (branching at the split steps,
+    with the split noise scale on their noise level), a deterministic last step."""
+    grid = _check_grid(sigmas, config.steps)
+    if config.splits < 1 or config.branching < 2:
+        raise ValueError("branchgrpo.splits must be >= 1 and branchgrpo.branching >= 2")
+    if config.steps // config.splits < 1 or config.split_steps[-1] > config.steps - 2:
+        raise ValueError(f"branchgrpo: {config.splits} splits do not fit before the last of "
+                         f"{config.steps} steps")
+    splits = set(config.split_steps)
+    ops = [StepOp(grid[i], grid[i + 1], "sde", config.branching if i in splits else 1,
+                  config.eta * (config.split_noise_scale if i in splits else 1.0), train=True)
+           for i in range(config.steps - 1)]
+    ops.append(StepOp(grid[-2], grid[-1]))
+    return RolloutPlan("branchgrpo", tuple(ops), 1, shared_root_noise=True, sde_kind=config.sde_kind,
                        window_start=0, log_prob_reduction=log_prob_reduction,
                        noise=NoiseSubspace(config.noise_pool))
 
@@ -223,14 +321,19 @@ def dancegrpo_plan(config: DanceGRPOConfig, sigmas: Tensor, seed: int = 0,
 def build_plan(config: StrategyConfig, sigmas: Tensor, window_start: int | None = None,
                seed: int = 0, log_prob_reduction: Literal["mean", "sum"] = "mean",
                noise_unshuffle: int = 1) -> RolloutPlan:
-    """Dispatch to the plan of ``config``'s strategy. ``noise_unshuffle``: the policy's
+    """Dispatch to the plan of ``config``'s strategy (``seed`` draws Flow-GRPO-Fast's SDE steps).
+    ``noise_unshuffle``: the policy's
     ``latent_unshuffle`` (pixel-space latents), so that pooled noise pools image pixels."""
     if isinstance(config, TreeConfig):
         plan = tree_plan(config, sigmas, window_start, log_prob_reduction)
     elif isinstance(config, MixGRPOConfig):
         plan = mixgrpo_plan(config, sigmas, window_start, log_prob_reduction)
     elif isinstance(config, DanceGRPOConfig):
-        plan = dancegrpo_plan(config, sigmas, seed, log_prob_reduction)
+        plan = dancegrpo_plan(config, sigmas, log_prob_reduction)
+    elif isinstance(config, FlowGRPOConfig):
+        plan = flow_grpo_plan(config, sigmas, seed, log_prob_reduction)
+    elif isinstance(config, BranchGRPOConfig):
+        plan = branchgrpo_plan(config, sigmas, log_prob_reduction)
     else:
         raise TypeError(f"not a strategy config: {type(config).__name__}")
     if noise_unshuffle == plan.noise.unshuffle:
@@ -300,6 +403,17 @@ def closed_form(config: StrategyConfig, window_start: int | None = None) -> Comp
         first = 1 if config.share_trunk else g
         return ComputeCount(trunk + first + g * (w - 1) + g * tail, first + g * (w - 1),
                             g * w, g)
+    if isinstance(config, FlowGRPOConfig):
+        g, t = config.group_size, config.steps
+        trained = config.fast_sde_steps if config.fast else t - 1
+        return ComputeCount(g * t, g * trained, g * trained, g)
+    if isinstance(config, BranchGRPOConfig):
+        splits, nodes, rollout_nfe, edges = set(config.split_steps), 1, 0, 0
+        for i in range(config.steps - 1):
+            rollout_nfe += nodes
+            nodes *= config.branching if i in splits else 1
+            edges += nodes
+        return ComputeCount(rollout_nfe + nodes, rollout_nfe, edges, nodes)
     g, t = config.group_size, config.steps
-    trained = math.floor(config.train_fraction * (t - 1))
+    trained = max(1, dancegrpo_train_count(config))
     return ComputeCount(g * t, g * trained, g * trained, g)

@@ -66,10 +66,13 @@ class RolloutPlan:
     window_start: int = 0
     log_prob_reduction: Literal["mean", "sum"] = "mean"
     noise: NoiseSubspace = FULL_NOISE
+    trained_per_row: int | None = None  # keep this many trained steps per root, drawn per root
 
     def __post_init__(self) -> None:
         if self.roots_per_prompt < 1:
             raise ValueError(f"roots_per_prompt must be >= 1, got {self.roots_per_prompt}")
+        if self.trained_per_row is not None and self.trained_per_row < 1:
+            raise ValueError(f"trained_per_row must be >= 1, got {self.trained_per_row}")
         if self.sde_kind not in SDE_KINDS:
             raise ValueError(f"unknown sde_kind {self.sde_kind!r}; expected one of {SDE_KINDS}")
         if not self.ops:
@@ -269,6 +272,24 @@ def _branch_noise(generators: Sequence[torch.Generator], per_prompt: list[int],
     return torch.cat(parts).to(device)
 
 
+def keep_trained_per_root(edge_train: Tensor, edge_child: Tensor, node_parent: Sequence[int],
+                          node_prompt: Sequence[int], count: int,
+                          generators: Sequence[torch.Generator]) -> Tensor:
+    """Keep a random ``count`` of each root's trained edges (all when it has fewer), drawn from its
+    prompt's generator: DanceGRPO trains a different random subset of steps for every trajectory."""
+    root = list(range(len(node_parent)))
+    for node, parent in enumerate(node_parent):  # parents precede children
+        if parent >= 0:
+            root[node] = root[parent]
+    edge_root = torch.tensor([root[int(c)] for c in edge_child], dtype=torch.long)
+    kept = torch.zeros_like(edge_train)
+    for r in sorted(set(edge_root[edge_train].tolist())):
+        edges = (edge_train & (edge_root == r)).nonzero().flatten()
+        order = torch.randperm(edges.numel(), generator=generators[node_prompt[r]])
+        kept[edges[order[:count]]] = True
+    return kept
+
+
 @torch.no_grad()
 def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence[int],
             latent_shape: Sequence[int], noise: Tensor | None = None,
@@ -362,6 +383,10 @@ def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence
     def cat(parts: list[Tensor], empty: Tensor) -> Tensor:
         return torch.cat(parts) if parts else empty
 
+    trained = cat(edge_train, torch.zeros(0, dtype=torch.bool))
+    if plan.trained_per_row is not None:
+        trained = keep_trained_per_root(trained, cat(edge_child, torch.zeros(0, dtype=torch.long)),
+                                        node_parent, node_prompt, plan.trained_per_row, gens)
     long0 = torch.zeros(0, dtype=torch.long)
     lat0 = torch.zeros((0, *latent_shape), device=dev)
     return Tree(
@@ -377,7 +402,7 @@ def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence
         edge_child=cat(edge_child, long0),
         edge_x_child=cat(edge_x_child, lat0),
         edge_log_prob_old=cat(edge_log_prob, torch.zeros(0, device=dev)),
-        edge_train=cat(edge_train, torch.zeros(0, dtype=torch.bool)),
+        edge_train=trained,
         leaf_node=index_tensor(active),
         leaf_latents=x,
         nfe=nfe,

@@ -22,7 +22,7 @@ from ..core.flow import make_sigmas
 from ..core.losses import clip_bounds
 from ..core.objective import LossConfig, TrainTargets, backward_over_tree, layer_groups, prepare_targets
 from ..core.running_scales import ClipSpread, RewardScale, top_bound
-from ..core.strategies import DanceGRPOConfig, build_plan, window_start
+from ..core.strategies import MixGRPOConfig, TreeConfig, build_plan, window_start
 from ..core.tree import RolloutPlan, Tree, rollout
 from ..embedded.policy import EmbeddedPolicy
 from ..lora.adapters import attach_lora, load_lora_state, lora_state_dict, set_adapters_enabled
@@ -106,9 +106,10 @@ def load_policy(config: TrainConfig, policy: Policy | None = None) -> Policy:
 
 
 def window_for(config: TrainConfig, iteration: int) -> int | None:
-    """Where the tree (or SDE window) starts at ``iteration``; DanceGRPO has no window."""
+    """Where the tree (or MixGRPO's SDE window) starts at ``iteration``; the other strategies have
+    no sliding window (Flow-GRPO-Fast draws its own position)."""
     strategy = config.strategy_config
-    if isinstance(strategy, DanceGRPOConfig):
+    if not isinstance(strategy, TreeConfig | MixGRPOConfig):
         return None
     if strategy.max_window_start < 0:
         size = strategy.steps - 1 - strategy.max_window_start
@@ -123,7 +124,7 @@ def window_for(config: TrainConfig, iteration: int) -> int | None:
 
 def iteration_plan(config: TrainConfig, sigmas: torch.Tensor, iteration: int,
                    noise_unshuffle: int = 1) -> RolloutPlan:
-    """The rollout plan of ``iteration`` (its window, and DanceGRPO's trained steps)."""
+    """The rollout plan of ``iteration`` (its window, and Flow-GRPO-Fast's SDE steps)."""
     return build_plan(config.strategy_config, sigmas, window_for(config, iteration),
                       seed=config.seed * 1_000_003 + iteration,
                       log_prob_reduction=config.sampling.log_prob, noise_unshuffle=noise_unshuffle)
@@ -323,7 +324,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ one iteration
     def plan(self, iteration: int) -> RolloutPlan:
-        """The rollout plan of ``iteration`` (its window, and DanceGRPO's trained steps)."""
+        """The rollout plan of ``iteration`` (its window, and Flow-GRPO-Fast's SDE steps)."""
         return iteration_plan(self.config, self.sigmas, iteration, self.policy.latent_unshuffle)
 
     def loss_config(self) -> LossConfig:

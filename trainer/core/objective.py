@@ -64,8 +64,8 @@ PrmWeight = Literal["sigmoid", "tanh"]
 """How the LayerTuning weight ``w_k`` of a layer is set. ``sigmoid``: ``sigmoid(eta (V(n*) - mean_k) /
 std_k)``, the first reading, always >= 0.5 (0.5 on a flat layer); ``tanh``: ``tanh(eta (V(n*) -
 mean_k) / s_ref)`` with ``s_ref`` the running std of leaf rewards, ~0 on a flat layer (the corrected
-reading of docs/algorithm.md). The default stays ``sigmoid`` until the benchmark's on/off ablation
-has measured both."""
+reading of docs/algorithm.md). The protocol measured both (docs/results.md): inconclusive, so the
+default stays ``sigmoid``."""
 
 
 @dataclass(frozen=True)

@@ -168,9 +168,22 @@ PROTOCOL_OVERRIDES = ("data.prompts_per_iteration=8", "data.eval_pairs=64")
 and 64 test pairs, so that 8 arms x 5 seeds x 2 budgets fit in about an hour on 2 CPU cores."""
 
 
-def _run_bench_protocol(args: argparse.Namespace) -> int:
+def _protocol_command(args: argparse.Namespace) -> str:
+    """The ``treerpo bench protocol`` command line these arguments stand for (for the results page)."""
     import shlex
-    import sys
+
+    parts = ["treerpo", "bench", "protocol", *([args.config] if args.config else [])]
+    parts += ["--quick"] if args.quick else []
+    for flag in ("seeds", "images", "seconds"):
+        if getattr(args, flag) is not None:
+            parts += [f"--{flag}", str(getattr(args, flag))]
+    for override in args.overrides:
+        parts += ["--set", override]
+    parts += ["--out", str(args.out), *(["--docs", str(args.docs)] if args.docs else [])]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _run_bench_protocol(args: argparse.Namespace) -> int:
     import time
     from dataclasses import replace
 
@@ -184,19 +197,16 @@ def _run_bench_protocol(args: argparse.Namespace) -> int:
     base = [*(QUICK_OVERRIDES if args.quick else PROTOCOL_OVERRIDES), *args.overrides]
     start = time.perf_counter()
     result = run_protocol(budget, base, args.config)
-    wall = time.perf_counter() - start
+    result.wall_s, result.command = time.perf_counter() - start, _protocol_command(args)
     save(result, args.out)
-    command = "treerpo " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["bench"] \
-        else f"treerpo bench protocol --out {args.out}" + (f" --docs {args.docs}" if args.docs else "")
-    rows = write_report(result, args.out, command, wall, args.docs)
+    rows = write_report(result, args.out, args.docs)
     print(format_summary(rows, result))
     print(f"written: {args.out / 'protocol.json'}, {args.out / 'bench.json'}, {args.out / 'results.md'}"
-          + (f", {args.docs}" if args.docs else "") + f" ({wall / 60:.1f} min)")
+          + (f", {args.docs}" if args.docs else "") + f" ({result.wall_s / 60:.1f} min)")
     return 0
 
 
 def _run_bench_report(args: argparse.Namespace) -> int:
-
     from .bench.protocol import ProtocolResult
     from .bench.report import format_summary, write_report
 
@@ -204,21 +214,8 @@ def _run_bench_report(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise SystemExit(f"error: {path} not found: run `treerpo bench protocol --out {args.out}` first")
     result = ProtocolResult.from_json(json.loads(path.read_text()))
-    old = (args.out / "results.md").read_text() if (args.out / "results.md").is_file() else ""
-    command = next((line for line in old.splitlines() if line.startswith("treerpo bench protocol")),
-                   f"treerpo bench protocol --out {args.out}")
-    wall = _wall_from(old)
-    rows = write_report(result, args.out, command, wall, args.docs)
-    print(format_summary(rows, result))
+    print(format_summary(write_report(result, args.out, args.docs), result))
     return 0
-
-
-def _wall_from(results_md: str) -> float:
-    """The wall time a previous results page recorded (minutes), in seconds; 0 when none."""
-    import re
-
-    found = re.search(r"wall time (\d+) min", results_md)
-    return 60.0 * float(found.group(1)) if found else 0.0
 
 
 def _run_bench_sampler(args: argparse.Namespace) -> int:

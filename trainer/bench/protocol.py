@@ -255,19 +255,22 @@ class ProtocolResult:
     lrs: dict[str, float]
     arms: list[Arm]
     runs: list[Run]
+    wall_s: float = 0.0  # the whole protocol, sweep included
+    command: str = "treerpo bench protocol"  # what made it, for the results page
 
     def to_json(self) -> dict[str, Any]:
         return {"budget": asdict(self.budget), "base_overrides": self.base_overrides,
                 "seconds": self.seconds, "images_per_iteration": self.images_per_iteration,
                 "sweep": self.sweep, "lrs": self.lrs, "arms": [asdict(a) for a in self.arms],
-                "runs": [asdict(r) for r in self.runs]}
+                "runs": [asdict(r) for r in self.runs], "wall_s": self.wall_s, "command": self.command}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProtocolResult:
         budget = Budget(**{**data["budget"], "lrs": tuple(data["budget"]["lrs"])})
         arms = [Arm(**{**a, "overrides": tuple(a["overrides"])}) for a in data["arms"]]
         return cls(budget, data["base_overrides"], data["seconds"], data["images_per_iteration"],
-                   data["sweep"], data["lrs"], arms, [Run(**r) for r in data["runs"]])
+                   data["sweep"], data["lrs"], arms, [Run(**r) for r in data["runs"]],
+                   data.get("wall_s", 0.0), data.get("command", "treerpo bench protocol"))
 
 
 def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | None = None,

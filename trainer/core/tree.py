@@ -281,7 +281,7 @@ def keep_trained_per_root(edge_train: Tensor, edge_child: Tensor, node_parent: S
     for node, parent in enumerate(node_parent):  # parents precede children
         if parent >= 0:
             root[node] = root[parent]
-    edge_root = torch.tensor([root[int(c)] for c in edge_child], dtype=torch.long)
+    edge_root = torch.tensor(root, dtype=torch.long)[edge_child]
     kept = torch.zeros_like(edge_train)
     for r in sorted(set(edge_root[edge_train].tolist())):
         edges = (edge_train & (edge_root == r)).nonzero().flatten()
@@ -383,11 +383,12 @@ def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence
     def cat(parts: list[Tensor], empty: Tensor) -> Tensor:
         return torch.cat(parts) if parts else empty
 
+    long0 = torch.zeros(0, dtype=torch.long)
+    children = cat(edge_child, long0)
     trained = cat(edge_train, torch.zeros(0, dtype=torch.bool))
     if plan.trained_per_row is not None:
-        trained = keep_trained_per_root(trained, cat(edge_child, torch.zeros(0, dtype=torch.long)),
-                                        node_parent, node_prompt, plan.trained_per_row, gens)
-    long0 = torch.zeros(0, dtype=torch.long)
+        trained = keep_trained_per_root(trained, children, node_parent, node_prompt,
+                                        plan.trained_per_row, gens)
     lat0 = torch.zeros((0, *latent_shape), device=dev)
     return Tree(
         plan=plan,
@@ -399,7 +400,7 @@ def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence
         fwd_step=cat(fwd_step, long0),
         fwd_x=cat(fwd_x, lat0),
         edge_forward=cat(edge_forward, long0),
-        edge_child=cat(edge_child, long0),
+        edge_child=children,
         edge_x_child=cat(edge_x_child, lat0),
         edge_log_prob_old=cat(edge_log_prob, torch.zeros(0, device=dev)),
         edge_train=trained,

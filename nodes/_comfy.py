@@ -9,6 +9,9 @@ module is only ever imported inside a running ComfyUI (or a test that has set on
 
 from __future__ import annotations
 
+import logging
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import comfy.conds
@@ -16,6 +19,7 @@ import comfy.latent_formats
 import comfy.model_base
 import comfy.model_management
 import comfy.model_patcher
+import comfy.model_sampling
 import comfy.sample
 import comfy.sampler_helpers
 import comfy.samplers
@@ -26,7 +30,8 @@ import folder_paths
 import torch
 from comfy_api.latest import ComfyExtension, io
 
-__all__ = ["ComfyExtension", "decode_images", "denoise", "embedded_model_patcher", "embedded_policy_of",
+__all__ = ["TESTED_FAMILIES", "ComfyExtension", "FlowFamily", "decode_images", "denoise",
+           "embedded_model_patcher", "embedded_policy_of",
            "flow_family", "guided_sample", "io", "ksampler", "latent_shape_of", "load_for_training",
            "lora_patched", "model_roots", "model_sigmas", "models_directory", "output_directory",
            "progress_bar", "prompt_model_conds", "temp_directory"]
@@ -136,7 +141,7 @@ def embedded_policy_of(model: comfy.model_patcher.ModelPatcher) -> tuple[Any, fl
     policy = getattr(base, "__dict__", {}).get("policy") if base is not None else None
     if policy is None:
         raise ValueError("this node trains the embedded TreeRPO model: connect the MODEL of "
-                         "TreeRPO Embedded Model Loader (FLUX/SD3 MODELs: use the headless trainer)")
+                         "TreeRPO Embedded Model Loader")
     if getattr(model, "patches", None):
         raise ValueError("the MODEL carries LoRA patches: train the base model, apply LoRAs after")
     return policy, float(base.model_sampling.shift)
@@ -189,15 +194,63 @@ def guided_sample(model: comfy.model_patcher.ModelPatcher, positive: Any, negati
 
 
 # ------------------------------------------------------------------------------ training a MODEL
-def flow_family(model: comfy.model_patcher.ModelPatcher) -> str:
-    """``flux`` or ``sd3``: the families of rectified-flow MODELs the trainer knows how to condition."""
+# each has a tiny-model test of its own (tests/test_comfy_families.py)
+TESTED_FAMILIES = ("Flux", "FluxSchnell", "Flux2", "Chroma", "SD3", "QwenImage", "Lumina2", "ZImage",
+                   "HiDream", "AuraFlow", "HunyuanImage21")
+AUDIO_MODELS = ("ACEStep", "StableAudio1")  # rectified flow too, but not images
+
+
+@dataclass(frozen=True)
+class FlowFamily:
+    """What the trainer needs to know of a rectified-flow MODEL, read from ComfyUI's own objects.
+
+    ``name``: ComfyUI's model config class (``Flux``, ``FluxSchnell``, ``QwenImage``, ``ZImage``...);
+    ``guidance_embedding``: the model takes a distilled guidance value (FLUX.1-dev, FLUX.2-dev) instead
+    of classifier-free guidance; ``shift``: ``k`` of the sigma schedule ``s = k u / (1 + (k - 1) u)``
+    the MODEL samples with (its own, or a ModelSampling node's patch); ``patch``: the latent sides
+    must be multiples of it."""
+
+    name: str
+    guidance_embedding: bool
+    shift: float
+    patch: int
+
+
+def _family_name(base: comfy.model_base.BaseModel) -> str:
+    config = getattr(base, "model_config", None)
+    return type(config).__name__ if config is not None else type(base).__name__
+
+
+def flow_family(model: comfy.model_patcher.ModelPatcher) -> FlowFamily:
+    """The MODEL's family, or a one-line refusal naming it: TreeRPO's SDE and log-probabilities are
+    those of rectified flow (ComfyUI's CONST prediction), on image latents."""
     base = model.model
-    if isinstance(base, comfy.model_base.Flux):
-        return "flux"
-    if isinstance(base, comfy.model_base.SD3):
-        return "sd3"
-    raise ValueError(f"training takes a FLUX or SD3 MODEL (or the embedded one); this MODEL is "
-                     f"{type(base).__name__}")
+    name = _family_name(base)
+    sampling = model.get_model_object("model_sampling")
+    if not isinstance(sampling, comfy.model_sampling.CONST):
+        kinds = [c.__name__ for c in type(sampling).__mro__[1:] if c.__module__ == "comfy.model_sampling"]
+        raise ValueError(f"{name} is not a rectified-flow model (it predicts {kinds[-1] if kinds else '?'}): "
+                         "TreeRPO trains flow models such as FLUX, SD3, Qwen-Image, Z-Image")
+    audio = tuple(getattr(comfy.model_base, c) for c in AUDIO_MODELS if hasattr(comfy.model_base, c))
+    if isinstance(base, audio) or getattr(base.latent_format, "latent_dimensions", 2) < 2:
+        raise ValueError(f"{name} makes audio or 3D shapes: TreeRPO trains text-to-image flow models")
+    if name not in TESTED_FAMILIES and not getattr(base, "__dict__", {}).get("policy"):
+        logging.warning("TreeRPO: %s is a rectified-flow model without a test of its own here; it goes "
+                        "through the generic path (conditioning, guidance and LoRA targets read from the "
+                        "model)", name)
+    if isinstance(sampling, comfy.model_sampling.ModelSamplingFlux):
+        shift = math.exp(float(sampling.shift))  # exp(mu) in FLUX's form is k in the shift form
+    elif isinstance(sampling, comfy.model_sampling.ModelSamplingDiscreteFlow):
+        shift = float(sampling.shift)
+    else:
+        raise ValueError(f"{name} samples with {type(sampling).__name__}, a schedule TreeRPO does not know")
+    diffusion = base.diffusion_model
+    params = getattr(diffusion, "params", None)
+    embedding = bool(getattr(params, "guidance_embed", False)) or getattr(diffusion, "guidance_embed", False)
+    patch = getattr(params, "patch_size", None) or getattr(diffusion, "patch_size", 1)
+    if isinstance(patch, (tuple, list)):
+        patch = max(int(p) for p in patch[-2:])
+    return FlowFamily(name, bool(embedding), shift, int(patch))
 
 
 def load_for_training(model: comfy.model_patcher.ModelPatcher) -> torch.device:

@@ -1,4 +1,4 @@
-"""A ComfyUI MODEL (FLUX or SD3 from ComfyUI's own loaders) as the trainer's policy.
+"""A ComfyUI MODEL (any rectified-flow image model from ComfyUI's own loaders) as the trainer's policy.
 
 The trainer needs four things of a model (``trainer.policy.Policy``); here they come from
 ComfyUI's objects: prompts through the CLIP (as CLIPTextEncode), velocities through the MODEL's
@@ -11,6 +11,12 @@ it only for the duration of a step (:meth:`ComfyModelPolicy.training`): the LoRA
 checkpointing come off again, and the trained LoRA leaves as ComfyUI weight patches. ComfyUI's
 blocks add into activations in place, which autograd cannot differentiate: training runs them
 under ``trainer.autograd_safe.out_of_place_updates``.
+
+Nothing here is written per family: the conditioning goes through the model's own ``extra_conds``
+(as KSampler does), guidance is the model's guidance embedding when it has one and classifier-free
+guidance otherwise, and the LoRA targets are the Linear layers of the model's transformer blocks.
+The only per-family data are defaults: the CFG scale of each family's reference workflow, and the
+attention/MLP target lists of FLUX and SD3, kept so that their LoRAs match the headless trainer's.
 """
 
 from __future__ import annotations
@@ -26,15 +32,63 @@ from ..trainer.lora.adapters import detach_lora
 from ..trainer.models.autograd_safe import out_of_place_updates
 from ..trainer.models.block_checkpoint import checkpointed_blocks
 from ..trainer.models.policy import PolicyBase
-from ._comfy import decode_images, denoise, flow_family, load_for_training, prompt_model_conds
+from ._comfy import FlowFamily, decode_images, denoise, flow_family, load_for_training, prompt_model_conds
 
-DEFAULT_GUIDANCE = {"flux": 3.5, "sd3": 4.5}  # FLUX's guidance embedding; SD3's CFG scale
-LORA_TARGETS = {  # the attention and MLP projections, in ComfyUI's (the original) module names
+# The CFG scale of each family's reference workflow (ComfyUI's templates, the model cards); a model
+# with a guidance embedding samples at CFG 1 with ComfyUI's own default guidance value.
+DEFAULT_CFG = {"Flux": 1.0, "FluxSchnell": 1.0, "Flux2": 1.0, "Chroma": 4.0, "SD3": 4.5, "QwenImage": 2.5,
+               "Lumina2": 4.0, "ZImage": 1.0, "HiDream": 5.0, "AuraFlow": 3.5, "HunyuanImage21": 3.5}
+FALLBACK_CFG = 4.0
+LORA_TARGETS = {  # FLUX's and SD3's attention and MLP projections (the headless trainer's targets)
     "flux": ("img_attn.qkv", "img_attn.proj", "txt_attn.qkv", "txt_attn.proj", "img_mlp.0", "img_mlp.2",
              "txt_mlp.0", "txt_mlp.2", "linear1", "linear2"),
     "sd3": ("attn.qkv", "attn.proj", "attn2.qkv", "attn2.proj", "mlp.fc1", "mlp.fc2"),
 }
-SAMPLING = {"flux": ("flux", None), "sd3": ("shift", 3.0)}  # schedule and shift as ComfyUI samples them
+CURATED = {"Flux": "flux", "FluxSchnell": "flux", "SD3": "sd3"}  # their LoRAs also export to diffusers
+
+
+def _blocks(transformer: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The transformer blocks: items of the model's top-level ModuleLists that hold two Linear layers or
+    more (attention and MLP), as ``("double_blocks.3", block)``; lists of single projections (HiDream's
+    caption projections) are not blocks."""
+    out = []
+    for list_name, items in transformer.named_children():
+        if isinstance(items, nn.ModuleList):
+            for index, block in enumerate(items):
+                if sum(isinstance(m, nn.Linear) for m in block.modules()) >= 2:
+                    out.append((f"{list_name}.{index}", block))
+    return out
+
+
+def block_linear_names(transformer: nn.Module) -> list[str]:
+    """Every Linear layer inside the transformer's blocks, named relative to its block (as
+    ``img_attn.qkv``), in order: ComfyUI's own LoRA training node adapts every weight layer; the blocks'
+    Linears are where LoRAs are trained."""
+    names: list[str] = []
+    for _, block in _blocks(transformer):
+        for name, module in block.named_modules():
+            if isinstance(module, nn.Linear) and name and name not in names:
+                names.append(name)
+    return names
+
+
+def lora_targets(transformer: nn.Module, family: str) -> tuple[str, ...]:
+    """The default LoRA targets of a MODEL: FLUX's and SD3's usual projections, else every Linear of
+    the blocks. peft matches a target as a name suffix, so a block-relative name that also ends a
+    module outside the blocks (Lumina2's final ``adaLN_modulation.1``, Z-Image's SiLU
+    ``adaLN_modulation.0``) is given as full names instead."""
+    if family in CURATED:
+        return LORA_TARGETS[CURATED[family]]
+    names = block_linear_names(transformer)
+    if not names:
+        raise ValueError(f"{family}: no Linear layer inside the model's blocks to train a LoRA on")
+    inside = {f"{prefix}.{name}" for prefix, block in _blocks(transformer)
+              for name, m in block.named_modules() if isinstance(m, nn.Linear) and name}
+    outside = [full for full, _ in transformer.named_modules() if full and full not in inside]  # any kind
+    clash = {n for n in names for full in outside if full == n or full.endswith("." + n)}
+    full_names = sorted((f for f in inside if f.split(".", 2)[2] in clash),
+                        key=lambda f: [int(p) if p.isdigit() else p for p in f.split(".")])
+    return (*[n for n in names if n not in clash], *full_names)
 
 
 def _plain_tensors(module: nn.Module) -> None:
@@ -51,21 +105,30 @@ def _plain_tensors(module: nn.Module) -> None:
 
 
 class ComfyModelPolicy(PolicyBase):
-    """FLUX (guidance embedding) or SD3 (classifier-free guidance, two forwards per row)."""
+    """A rectified-flow MODEL: a guidance embedding (one forward per row) or classifier-free guidance
+    (two forwards per row, the negative prompt empty as in ComfyUI's templates; none at CFG 1).
+
+    ``guidance``: the guidance embedding's value when the model has one (None: ComfyUI's own default,
+    as a bare CLIPTextEncode gives), else the CFG scale (None: the family's :data:`DEFAULT_CFG`)."""
 
     def __init__(self, model: Any, clip: Any, vae: Any, latent_shape: Sequence[int],
                  guidance: float | None = None, negative_prompt: str = "") -> None:
-        self.family = flow_family(model)
+        self.info: FlowFamily = flow_family(model)
+        self.family = self.info.name
         self.model, self.clip, self.vae = model, clip, vae
         self.latent_shape = tuple(int(n) for n in latent_shape)
-        if len(self.latent_shape) != 3 or self.latent_shape[1] % 2 or self.latent_shape[2] % 2:
-            raise ValueError(f"the latent is {'x'.join(map(str, self.latent_shape))}: {self.family.upper()} "
-                             "takes channels x height x width with even sides (images a multiple of 16 px)")
-        scale = DEFAULT_GUIDANCE[self.family] if guidance is None else float(guidance)
-        self.guidance = scale if self.family == "flux" else None
-        self.cfg = 1.0 if self.family == "flux" else scale
+        p = self.info.patch  # (C, H, W), or (C, 1, H, W) for a family that samples one-frame videos (Qwen)
+        shape_ok = len(self.latent_shape) == 3 or (len(self.latent_shape) == 4 and self.latent_shape[1] == 1)
+        if not shape_ok or self.latent_shape[-2] % p or self.latent_shape[-1] % p:
+            raise ValueError(f"the latent is {'x'.join(map(str, self.latent_shape))}: {self.family} takes "
+                             f"channels x height x width with sides a multiple of {p}")
+        if self.info.guidance_embedding:
+            self.guidance, self.cfg = guidance, 1.0
+        else:
+            self.guidance = None
+            self.cfg = DEFAULT_CFG.get(self.family, FALLBACK_CFG) if guidance is None else float(guidance)
         self.forwards_per_row = 1 if self.cfg == 1.0 else 2
-        self.image_tokens = self.latent_shape[1] * self.latent_shape[2] // 4  # 2x2 patches
+        self.image_tokens = self.latent_shape[-2] * self.latent_shape[-1] // (p * p)
         self.device = load_for_training(model)
         self.transformer: nn.Module = model.model.diffusion_model
         _plain_tensors(self.transformer)

@@ -16,7 +16,7 @@ from ..trainer.core.flow import SDE_KINDS
 from ..trainer.core.strategies import MixGRPOConfig, TreeConfig, build_plan
 from ..trainer.core.tree import Tree, rollout
 from ..trainer.rewards.mix import RewardMix
-from ._comfy import guided_sample, io, ksampler, model_roots, model_sigmas, models_directory
+from ._comfy import flow_family, guided_sample, io, ksampler, model_roots, model_sigmas, models_directory
 from .embedded import EmbeddedType
 from .inputs import check_rewards, parse_weights
 
@@ -74,6 +74,7 @@ def _sampling_inputs() -> list:
 
 def grow_tree(model: Any, positive: Any, negative: Any, latent: dict, seed: int, steps: int, cfg: float,
               config: TreeConfig) -> tuple[torch.Tensor, SampledTree]:
+    flow_family(model)  # the tree's SDE is rectified flow's: anything else is refused by name
     holder: dict[str, Any] = {}
     sigmas = model_sigmas(model, steps)
     leaves = guided_sample(model, positive, negative, cfg, latent, sigmas,

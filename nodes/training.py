@@ -1,12 +1,13 @@
-"""Training nodes: LayerTuning-RL / Dynamic-TreeRPO steps on a MODEL (the embedded one, or FLUX/SD3
-from ComfyUI's own loaders), LoRA export and the history plot. Each is a thin wrapper over
-``trainer.training.session`` and ``trainer.lora``, the code the headless trainer runs, so a workflow trains
-exactly as ``treerpo train`` does.
+"""Training nodes: LayerTuning-RL / Dynamic-TreeRPO steps on a MODEL (the embedded one, or any
+rectified-flow image model from ComfyUI's own loaders), LoRA export and the history plot. Each is a
+thin wrapper over ``trainer.training.session`` and ``trainer.lora``, the code the headless trainer
+runs, so a workflow trains exactly as ``treerpo train`` does.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from ._comfy import (
     progress_bar,
     temp_directory,
 )
-from .comfy_policy import LORA_TARGETS, SAMPLING, ComfyModelPolicy
+from .comfy_policy import CURATED, ComfyModelPolicy, lora_targets
 from .embedded import EmbeddedType
 from .inputs import check_rewards, parse_lines, parse_weights
 
@@ -54,22 +55,22 @@ FORMATS = ["comfyui", "diffusers", "kohya"]
 TRAINED_MARK = "treerpo_trained"  # in model_options of a MODEL that carries a run's LoRA
 
 
-def family_defaults(family: str | None) -> list[str]:
-    """Options a FLUX/SD3 MODEL changes from the embedded model's defaults (the settings widget
-    still overrides them): LoRA targets in ComfyUI's module names, and the sigma schedule."""
-    if family is None:
-        return []
-    schedule, shift = SAMPLING[family]
-    out = [f"lora.targets=[{','.join(LORA_TARGETS[family])}]", f"sampling.schedule={schedule}"]
-    return out if shift is None else [*out, f"sampling.shift={shift}"]
+def model_defaults(model: Any) -> list[str]:
+    """Options a ComfyUI MODEL changes from the embedded model's defaults (the settings widget still
+    overrides them): LoRA targets in the model's own module names, and the sigma schedule it samples
+    with (its shift, including a ModelSampling node's patch)."""
+    family = flow_family(model)
+    targets = lora_targets(model.model.diffusion_model, family.name)
+    return [f"lora.targets=[{','.join(targets)}]", "sampling.schedule=shift",
+            f"sampling.shift={family.shift:.6g}"]
 
 
 def node_config(iterations: int, prompts: list[str], reward: str, reward_weights: dict[str, str],
-                strategy: str, seed: int, settings: str, family: str | None = None) -> TrainConfig:
+                strategy: str, seed: int, settings: str, defaults: Sequence[str] = ()) -> TrainConfig:
     """The trainer's config from the node's widgets; ``settings`` holds ``key=value`` lines for every
     other option (the keys of configs/default.yaml), validated by the same loader."""
     overrides = [f"iterations={iterations}", f"strategy={strategy}", f"seed={seed}",
-                 *family_defaults(family), *parse_lines(settings)]
+                 *defaults, *parse_lines(settings)]
     config = load_config(TrainConfig, None, overrides)
     data = config.data
     if prompts:
@@ -90,8 +91,9 @@ class TreeRPOTrainLoRA(io.ComfyNode):
             description="Fine-tune a LoRA with Dynamic-TreeRPO (or a baseline) for some iterations. "
                         "Chain nodes through 'previous' to continue a run.",
             inputs=[
-                io.Model.Input("model", tooltip="the embedded model (TreeRPO Embedded Model Loader), or "
-                                                "FLUX/SD3 from ComfyUI's loaders with clip and vae"),
+                io.Model.Input("model", tooltip="the embedded model (TreeRPO Embedded Model Loader), or a "
+                                                "flow model (FLUX, SD3, Qwen-Image...) from ComfyUI's "
+                                                "loaders with its clip and vae"),
                 io.Int.Input("iterations", default=4, min=1, max=100000),
                 io.String.Input("prompts", multiline=True, default="",
                                 tooltip="one prompt per line; empty: generated scenes"),
@@ -105,10 +107,10 @@ class TreeRPOTrainLoRA(io.ComfyNode):
                                 tooltip="key=value lines for any other option, e.g. tree.depth=3 "
                                         "(the keys of configs/default.yaml)"),
                 RunType.Input("previous", optional=True, tooltip="continue this run"),
-                io.Clip.Input("clip", optional=True, tooltip="FLUX/SD3: encodes the prompts"),
-                io.Vae.Input("vae", optional=True, tooltip="FLUX/SD3: decodes images for the reward"),
+                io.Clip.Input("clip", optional=True, tooltip="a loader's MODEL: encodes the prompts"),
+                io.Vae.Input("vae", optional=True, tooltip="a loader's MODEL: decodes images for the reward"),
                 io.Latent.Input("latent", optional=True,
-                                tooltip="FLUX/SD3: an empty latent of the training size (default: "
+                                tooltip="a loader's MODEL: an empty latent of the training size (default: "
                                         "model.height x model.width of the settings)"),
             ],
             outputs=[io.Model.Output(display_name="model", tooltip="the input MODEL with the trained LoRA"),
@@ -144,14 +146,14 @@ class TreeRPOTrainLoRA(io.ComfyNode):
             lora = comfyui_state(run.weights, run.config.lora.alpha, COMFYUI_PREFIX)
             return io.NodeOutput(embedded_model_patcher(run.policy, shift), run.policy, run, lora)
 
-        family = flow_family(model)
+        family = flow_family(model).name
         if clip is None or vae is None:
-            raise ValueError(f"training a {family.upper()} MODEL needs its clip and vae inputs connected")
+            raise ValueError(f"training a {family} MODEL needs its clip and vae inputs connected")
         if previous is not None and model.model_options.get(TRAINED_MARK):
             raise ValueError("to continue a run, connect the base MODEL: this one already carries the "
                              "run's LoRA")
         config = node_config(iterations, parse_lines(prompts), reward, weights, strategy, seed, settings,
-                             family)
+                             model_defaults(model))
         m = config.model
         empty = {"samples": torch.zeros(1, 4, m.height // 8, m.width // 8)}
         shape = latent_shape_of(model, latent if latent is not None else empty)
@@ -201,7 +203,7 @@ class TreeRPOSaveLoRA(io.ComfyNode):
             raise ValueError("this run holds no trained model to save")
         path = confined_path(filename_prefix, ".safetensors")
         family = getattr(run.policy, "family", None)
-        if family is not None:  # a FLUX/SD3 MODEL of ComfyUI: the LoRA is in its own module names
+        if family is not None:  # a MODEL of ComfyUI's loaders: the LoRA is in its own module names
             return io.NodeOutput(str(save_native_lora(path, run, format)))
         transformer = run.policy.transformer
         if format == "comfyui":
@@ -214,15 +216,20 @@ class TreeRPOSaveLoRA(io.ComfyNode):
 
 
 def save_native_lora(path: Path, run: TrainingState, format: str) -> Path:
-    """A LoRA trained on ComfyUI's own FLUX/SD3 modules: ComfyUI keys (``diffusion_model.<module>``),
-    kohya keys (``lora_unet_<module>``: the original layer names, as sd-scripts writes them), or
-    diffusers module names (fused layers split exactly)."""
+    """A LoRA trained on a ComfyUI MODEL's own modules: ComfyUI keys (``diffusion_model.<module>``, which
+    ComfyUI's lora.py maps for every family), kohya keys (``lora_unet_<module>``: the original layer
+    names, as sd-scripts writes them), or, for FLUX and SD3, diffusers module names (fused layers
+    split exactly)."""
     alpha, rank = run.config.lora.alpha, run.config.lora.rank
+    family = run.policy.family
+    if format == "diffusers" and family not in CURATED:
+        raise ValueError(f"the diffusers format is written for FLUX and SD3 LoRAs; save this {family} LoRA "
+                         "as comfyui or kohya")
     if format == "comfyui":
         return save_comfyui_state(path, run.weights, rank, alpha)
     if format == "kohya":
         return save_kohya_file(path, run.weights, alpha=alpha, kind="native")
-    return save_diffusers_state(path, *native_to_diffusers(run.weights, alpha, run.policy.family))
+    return save_diffusers_state(path, *native_to_diffusers(run.weights, alpha, CURATED[family]))
 
 
 class TreeRPOPlotHistory(io.ComfyNode):

@@ -24,6 +24,11 @@ iteration, 25.3 GiB peak; SD3.5-large 4.2 s, 19.0 GiB; about 20 s per model incl
 construction, far inside the 8-minute budget. ``--tiny`` runs tiny configs on the CPU in seconds
 (the test suite runs it).
 
+``--quantize fp8`` stores the transformer's weights in float8_e4m3fn (``model.quantize: fp8``), for the
+memory of an fp8 base (``--models flux --quantize fp8 --rank 32`` against ``--models flux --rank 32``);
+its peak counts from after the cast (random weights are built on the GPU in bf16; the trainer casts on
+the host before the move, so its bf16 copy never reaches the GPU).
+
 ``--strategies all`` (or a comma list) times instead one warm iteration of every strategy at the
 paper's setting (``treerpo nfe``'s configs: 25 steps, window at 10, depth 4, binary branching, 16
 images per prompt for every strategy, each baseline with its published loss), after one warm-up
@@ -55,6 +60,7 @@ from dynamic_treerpo.trainer.core.objective import LossConfig, backward_over_tre
 from dynamic_treerpo.trainer.core.strategies import StrategyConfig, TreeConfig, build_plan, strategy_name
 from dynamic_treerpo.trainer.core.tree import rollout
 from dynamic_treerpo.trainer.lora.adapters import attach_lora
+from dynamic_treerpo.trainer.models.diffusers_common import store_weights_in_fp8
 from dynamic_treerpo.trainer.models.flux import FluxPolicy
 from dynamic_treerpo.trainer.models.sd3 import SD3Policy
 
@@ -203,20 +209,27 @@ def iteration(policy, optimizer, params, sigmas: torch.Tensor, index: int, loss_
 
 
 def run_case(case: ModelCase, device: torch.device, dtype: torch.dtype, size: int,
-             strategies: list[str] | None = None) -> dict:
+             strategies: list[str] | None = None, quantize: str = "none", rank: int = 16) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
     transformer = build_transformer(case, device, dtype)
     count = sum(p.numel() for p in transformer.parameters())
+    if quantize == "fp8":  # the trainer stores fp8 on the host before the move; random weights are built
+        store_weights_in_fp8(transformer, dtype)  # on the GPU, so the peak counts from after the cast
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
     build_s = time.perf_counter() - t0
     cfg = transformer.config
     encoder = random_conditioning(case.text_tokens, int(cfg.joint_attention_dim),
                                   int(cfg.pooled_projection_dim))
     channels = int(cfg.in_channels) // 4 if case.policy is FluxPolicy else int(cfg.in_channels)
     policy = case.policy(transformer, tiny_vae(channels), height=size, width=size, prompt_encoder=encoder,
-                         offload=True, gradient_checkpointing=True, decode_batch=4, device=device)
-    attach_lora(policy.transformer, rank=16, alpha=16.0, targets=LORA_TARGETS, seed=0)
+                         offload=True, gradient_checkpointing=True, decode_batch=4, device=device,
+                         compute_dtype=dtype)
+    attach_lora(policy.transformer, rank=rank, alpha=float(rank), targets=LORA_TARGETS, seed=0)
     params = list(policy.trainable_parameters())
     before = [p.detach().clone() for p in params]
     optimizer = torch.optim.AdamW(params, lr=1e-4)
@@ -244,7 +257,8 @@ def run_case(case: ModelCase, device: torch.device, dtype: torch.dtype, size: in
     summary = {"iteration_s": warm["iteration_s"], "first_iteration_s": results[0]["iteration_s"],
                "rollout_fwd_per_s": warm["rollout_forwards"] / warm["rollout_s"],
                "train_fwd_per_s": warm["train_forwards"] / warm["train_s"], "peak_mem_gib": peak}
-    print(f"RESULT model={case.name} " + " ".join(f"{k}={v:.3f}" for k, v in summary.items())
+    print(f"RESULT model={case.name} quantize={quantize} rank={rank} "
+          + " ".join(f"{k}={v:.3f}" for k, v in summary.items())
           + f" peak_mem_source={source} build_s={build_s:.1f}", flush=True)
     del policy, transformer, optimizer, params, before
     gc.collect()
@@ -289,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cudnn-attention", action="store_true",
                         help="allow attention's cuDNN backend (off, as in the trainer: with torch 2.11 and "
                              "cuDNN 9.19 it failed FLUX's backward with an illegal memory access)")
+    parser.add_argument("--quantize", choices=("none", "fp8"), default="none",
+                        help="fp8: the transformer's weights stored in float8_e4m3fn (model.quantize)")
+    parser.add_argument("--rank", type=int, default=16, help="LoRA rank (alpha = rank)")
     args = parser.parse_args(argv)
     if not args.cudnn_attention:
         torch.backends.cuda.enable_cudnn_sdp(False)
@@ -318,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for case in chosen:
         try:
-            run_case(case, device, dtype, size, strategies)
+            run_case(case, device, dtype, size, strategies, args.quantize, args.rank)
         except Exception as err:  # report the model and go on with the next; the exit code says it failed
             failed = True
             traceback.print_exc()

@@ -134,3 +134,33 @@ def test_two_chained_steps_train_the_same_lora_as_one_and_the_trained_model_cann
     assert result["status"]["status_str"] == "error"
     messages = [m for kind, m in result["status"]["messages"] if kind == "execution_error"]
     assert "connect the base MODEL" in messages[0]["exception_message"]
+
+
+def test_unetloaders_fp8_weights_train_the_lora_of_their_upcast_values(server: Server) -> None:
+    """UNETLoader with weight_dtype fp8_e4m3fn keeps SD3's weights in float8 (ComfyUI casts each layer as it
+    runs): the LoRA trained over them equals, to 1e-4 of its largest entry, the one trained over a file
+    holding the same values in float16 and loaded as they are."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder = server.base / "models" / "diffusion_models"
+    state = load_file(folder / "tiny_sd3.safetensors")
+    rounded = {k: v.to(torch.float8_e4m3fn).to(v.dtype) if v.is_floating_point() else v
+               for k, v in state.items()}
+    assert any(not torch.equal(rounded[k], state[k]) for k in state)  # fp8 does change the values
+    save_file(rounded, str(folder / "tiny_sd3_fp8_values.safetensors"))
+
+    fp8 = train_graph(prefix="loras/sd3_fp8")
+    fp8["1"]["inputs"]["weight_dtype"] = "fp8_e4m3fn"
+    upcast = train_graph(prefix="loras/sd3_fp8_values")
+    upcast["1"]["inputs"]["unet_name"] = "tiny_sd3_fp8_values.safetensors"
+    for graph in (fp8, upcast):
+        result = server.run(graph, timeout=600)
+        assert result["status"]["status_str"] == "success", result["status"]
+    assert "model weight dtype torch.float8_e4m3fn" in server.log_text()  # stored as fp8, cast per layer
+    a = load_file(server.base / "output" / "loras" / "sd3_fp8.safetensors")
+    b = load_file(server.base / "output" / "loras" / "sd3_fp8_values.safetensors")
+    assert a.keys() == b.keys() and all(v.dtype == torch.float32 for k, v in a.items() if "lora_" in k)
+    scale = max(float(v.abs().max()) for k, v in b.items() if "lora_up" in k)
+    assert scale > 0
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-4 * scale

@@ -462,6 +462,15 @@ def test_gpu_smoke_runs_tiny_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:
     assert "iteration 2" in out and "ok" in out.splitlines()[-1]
 
 
+def test_gpu_smoke_trains_over_fp8_weights(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--quantize fp8`` (the memory check of an fp8 base) runs its two iterations and says so."""
+    smoke = load_smoke()
+    assert smoke.main(["--tiny", "--models", "flux", "--quantize", "fp8", "--rank", "8"]) == 0
+    out = capsys.readouterr().out
+    result = next(line for line in out.splitlines() if line.startswith("RESULT "))
+    assert "quantize=fp8 rank=8" in result and "ok" in out.splitlines()[-1]
+
+
 def test_gpu_smoke_times_strategies_at_the_papers_setting(capsys: pytest.CaptureFixture[str]) -> None:
     smoke = load_smoke()
     chosen = "mixgrpo,dynamic_treerpo,branchgrpo"

@@ -126,3 +126,43 @@ def test_a_missing_model_folder_fails_in_one_line_before_any_work(tmp_path: Path
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("treerpo train: error: ") and "nowhere" in last and "FLUX.1-dev" in last, last
     assert not (tmp_path / "r" / "metrics.csv").exists()
+
+
+def test_fp8_weights_train_the_lora_of_their_upcast_values(folders) -> None:
+    """``model.quantize=fp8`` keeps the transformer's layer weights in float8_e4m3fn (half of bf16's
+    bytes) and trains the same LoRA, to 1e-5 of its largest entry, as a float32 model holding those
+    very values: storage changes the memory, not the training."""
+    from dataclasses import replace
+
+    from dynamic_treerpo.trainer.training.loop import build_policy
+    from dynamic_treerpo.trainer.training.session import train_steps
+
+    config = load_config(TrainConfig, None, [*TINY, "model.kind=flux", f"model.path={folders['flux']}",
+                                             "model.quantize=fp8", "optim.lr=0.01"])
+    fp8 = build_policy(config)
+    stored = {p.dtype for p in fp8.transformer.parameters()}
+    assert torch.float8_e4m3fn in stored and fp8.dtype == torch.float32
+    plain_config = replace(config, model=replace(config.model, quantize="none"))
+    plain = build_policy(plain_config)
+    with torch.no_grad():  # the float32 model gets the values the fp8 model holds
+        for (name, weight), (other, target) in zip(fp8.transformer.named_parameters(),
+                                                   plain.transformer.named_parameters(), strict=True):
+            assert name == other
+            target.copy_(weight.float())
+    fp8_bytes = sum(p.numel() * p.element_size() for p in fp8.transformer.parameters())
+    plain_bytes = sum(p.numel() * p.element_size() for p in plain.transformer.parameters())
+    a = train_steps(fp8, config, 1).weights
+    b = train_steps(plain, plain_config, 1).weights
+    assert a.keys() == b.keys() and all(v.dtype == torch.float32 for v in a.values())
+    scale = max(float(v.abs().max()) for v in b.values())
+    assert scale > 0  # the LoRA learned something
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-5 * scale
+    assert {p.dtype for p in fp8.transformer.parameters() if not p.requires_grad} == stored  # still fp8
+    assert fp8_bytes < 0.45 * plain_bytes
+
+
+def test_quantize_is_refused_for_the_embedded_model_in_one_line() -> None:
+    with pytest.raises(ValueError, match=r"model\.quantize applies to flux and sd3"):
+        load_config(TrainConfig, None, ["model.quantize=fp8"])
+    with pytest.raises(ValueError, match=r"model\.quantize: expected one of 'none', 'fp8'"):
+        load_config(TrainConfig, None, ["model.kind=flux", "model.path=x", "model.quantize=int4"])

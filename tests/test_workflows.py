@@ -1,7 +1,7 @@
 """The saved workflows (workflows/): each runs to success in a real ComfyUI server and in-process
 through ``treerpo run-workflow``; the UI files are the same graphs as the API files and use only
-nodes, inputs and widgets the server knows; the FLUX template is refused for exactly its missing
-model files."""
+nodes, inputs and widgets the server knows; the FLUX and Qwen-Image templates are refused for exactly
+their missing model files, and their loaders name where to get each."""
 
 from __future__ import annotations
 
@@ -22,10 +22,18 @@ from dynamic_treerpo.trainer.comfyui_host.workflow_format import api_to_ui, node
 TREERPO = [sys.executable, "-m", "dynamic_treerpo.trainer"]  # the `treerpo` command
 
 WORKFLOWS = REPO / "workflows"
-NAMES = ("train_embedded", "sample_and_score", "best_of_tree", "flux_dev_template", "flux_dev_train")
-FLUX_TEMPLATES = ("flux_dev_template", "flux_dev_train")
+NAMES = ("train_embedded", "sample_and_score", "best_of_tree", "flux_dev_template", "flux_dev_train",
+         "qwen_image_train")
 FLUX_FILES = {"flux1-dev.safetensors", "clip_l.safetensors", "t5xxl_fp16.safetensors", "ae.safetensors",
               "HPS_v2.1_compressed.pt"}
+QWEN_FILES = {"qwen_image_fp8_e4m3fn.safetensors", "qwen_2.5_vl_7b_fp8_scaled.safetensors",
+              "qwen_image_vae.safetensors", "HPS_v2.1_compressed.pt"}
+TEMPLATE_FILES = {"flux_dev_template": FLUX_FILES, "flux_dev_train": FLUX_FILES,
+                  "qwen_image_train": QWEN_FILES}
+TEMPLATE_SOURCES = {"flux1-dev.safetensors": "black-forest-labs/FLUX.1-dev",
+                    "t5xxl_fp16.safetensors": "comfyanonymous/flux_text_encoders",
+                    "qwen_image_fp8_e4m3fn.safetensors": "Comfy-Org/Qwen-Image_ComfyUI",
+                    "qwen_2.5_vl_7b_fp8_scaled.safetensors": "Comfy-Org/Qwen-Image_ComfyUI"}
 # image output node -> (file name prefix, image count, image side) of each runnable workflow
 IMAGES = {
     "train_embedded": {"5": ("treerpo/train_history", 1, None), "10": ("treerpo/train_samples", 4, 64)},
@@ -213,41 +221,44 @@ def test_workflow_runs_in_process_with_treerpo_run_workflow(name: str, kind: str
         assert f"({node['class_type']})" in done.stderr
 
 
-@pytest.mark.parametrize("name", FLUX_TEMPLATES)
-def test_flux_template_is_refused_by_the_server_for_its_missing_files_only(server: Server, name: str) -> None:
+@pytest.mark.parametrize("name", TEMPLATE_FILES)
+def test_template_is_refused_by_the_server_for_its_missing_files_only(server: Server, name: str) -> None:
+    files = TEMPLATE_FILES[name]
     status, body = server.post_prompt(api(name))
     assert status == 400 and body["error"]["type"] == "prompt_outputs_failed_validation", body
     named: set[str] = set()
     for node_id, entry in body["node_errors"].items():
         for error in entry["errors"]:
             assert error["type"] in ("value_not_in_list", "custom_validation_failed"), (node_id, error)
-            files = {f for f in FLUX_FILES if f in error["details"]}
-            assert len(files) == 1, (node_id, error)  # each error is about one missing file
-            named |= files
-    assert named == FLUX_FILES
+            found = {f for f in files if f in error["details"]}
+            assert len(found) == 1, (node_id, error)  # each error is about one missing file
+            named |= found
+    assert named == files
 
 
-@pytest.mark.parametrize("name", FLUX_TEMPLATES)
-def test_flux_template_loaders_name_their_downloads(object_info: dict, name: str) -> None:
+@pytest.mark.parametrize("name", TEMPLATE_FILES)
+def test_template_loaders_name_their_downloads(object_info: dict, name: str) -> None:
     nodes = ui(name)["nodes"]
     models = {m["name"]: m for n in nodes for m in n["properties"].get("models", [])}
-    assert set(models) == FLUX_FILES - {"HPS_v2.1_compressed.pt"}
-    assert all(m["url"].startswith("https://huggingface.co/") and m["url"].endswith(name)
-               for name, m in models.items())
-    assert "black-forest-labs/FLUX.1-dev" in models["flux1-dev.safetensors"]["url"]
-    assert "comfyanonymous/flux_text_encoders" in models["t5xxl_fp16.safetensors"]["url"]
+    assert set(models) == TEMPLATE_FILES[name] - {"HPS_v2.1_compressed.pt"}
+    assert all(m["url"].startswith("https://huggingface.co/") and m["url"].endswith(file)
+               for file, m in models.items())
+    for file, repo in TEMPLATE_SOURCES.items():
+        if file in models:
+            assert f"huggingface.co/{repo}/" in models[file]["url"]
 
 
-@pytest.mark.parametrize("name", FLUX_TEMPLATES)
-def test_flux_template_in_process_exits_2_with_one_line_per_missing_file(comfyui: Path, tmp_path: Path,
-                                                                         name: str) -> None:
+@pytest.mark.parametrize("name", TEMPLATE_FILES)
+def test_template_in_process_exits_2_with_one_line_per_missing_file(comfyui: Path, tmp_path: Path,
+                                                                    name: str) -> None:
+    files = TEMPLATE_FILES[name]
     done = run_cli(comfyui, str(WORKFLOWS / f"{name}.json"), "--output", str(tmp_path))
     assert done.returncode == 2, done.stderr[-3000:]
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
-    named = [{f for f in FLUX_FILES if f in line} for line in lines]
-    assert all(len(files) == 1 for files in named), lines
-    assert set().union(*named) == FLUX_FILES and len(lines) == len(FLUX_FILES), lines
+    named = [{f for f in files if f in line} for line in lines]
+    assert all(len(found) == 1 for found in named), lines
+    assert set().union(*named) == files and len(lines) == len(files), lines
     assert all(line.startswith("treerpo run-workflow: invalid: node ") for line in lines), lines
 
 

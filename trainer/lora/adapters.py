@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
+FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
 
 def attach_lora(transformer: nn.Module, rank: int, alpha: float, targets: Sequence[str],
                 seed: int = 0) -> None:
@@ -19,6 +21,10 @@ def attach_lora(transformer: nn.Module, rank: int, alpha: float, targets: Sequen
     from peft import LoraConfig
 
     transformer.requires_grad_(False)
+    for module in transformer.modules():  # peft creates a LoRA in its layer's `compute_dtype` when it has
+        weight = getattr(module, "weight", None)  # one, else in the weight's: an fp8 init would be rounded
+        if isinstance(weight, Tensor) and weight.dtype in FLOAT8 and not hasattr(module, "compute_dtype"):
+            module.compute_dtype = torch.float32
     config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), init_lora_weights=True)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -35,6 +41,9 @@ def attach_lora(transformer: nn.Module, rank: int, alpha: float, targets: Sequen
             for name, param in transformer.named_parameters():
                 if "lora_" in name:  # peft copies the base dtype (maybe fp8): train in float32
                     param.data = param.data.float()
+    for name, param in transformer.named_parameters():  # over fp8 weights stored by diffusers' casting
+        if "lora_" in name and param.dtype in FLOAT8:
+            param.data = param.data.float()
     if not any(p.requires_grad for p in transformer.parameters()):
         raise ValueError(f"LoRA targets {list(targets)} matched no module of the transformer")
 

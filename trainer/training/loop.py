@@ -78,7 +78,8 @@ def build_policy(config: TrainConfig) -> Policy:
     options: dict[str, Any] = dict(height=m.height, width=m.width, dtype=m.dtype,
                                    device=device, offload=m.offload,
                                    gradient_checkpointing=m.gradient_checkpointing,
-                                   decode_batch=m.decode_batch, transformer_file=m.transformer_file)
+                                   decode_batch=m.decode_batch, transformer_file=m.transformer_file,
+                                   quantize=m.quantize)
     if m.guidance is not None:
         options["guidance"] = m.guidance
     if m.max_sequence_length is not None:

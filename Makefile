@@ -38,7 +38,7 @@ lint: venv
 
 # Regenerate the UI-format workflows from their API-format sources (after a node's inputs change)
 workflows: venv comfyui
-	$(PY) scripts/api_to_ui.py workflows/*.api.json
+	$(PY) scripts/api_to_ui.py workflows/api/*.api.json
 
 # Open every UI workflow in ComfyUI's real web frontend (headless Chromium; on Debian:
 # apt-get install chromium-headless-shell) and compare it with its API file; a PNG of each

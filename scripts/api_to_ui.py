@@ -7,8 +7,8 @@ ComfyUI loaded in this process with this pack (``--comfyui PATH``, else ``$TREER
 ``.comfyui``). Nodes are laid out left to right by their depth in the graph. The conversion itself
 is ``trainer.workflow_format.api_to_ui``; ``treerpo run-workflow`` converts back with ``ui_to_api``.
 
-    python scripts/api_to_ui.py workflows/*.api.json            # writes workflows/<name>.json
-    python scripts/api_to_ui.py workflows/*.api.json --check    # exit 1 if a UI file is stale
+    python scripts/api_to_ui.py workflows/api/*.api.json            # writes workflows/<name>.json
+    python scripts/api_to_ui.py workflows/api/*.api.json --check    # exit 1 if a UI file is stale
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def local_definitions(comfyui: Path | None) -> Definitions:
 def ui_path(api_file: Path) -> Path:
     if not api_file.name.endswith(SUFFIX):
         raise ValueError(f"{api_file}: expected a file named <name>{SUFFIX}")
-    return api_file.with_name(api_file.name[: -len(SUFFIX)] + ".json")
+    folder = api_file.parent.parent if api_file.parent.name == "api" else api_file.parent
+    return folder / (api_file.name[: -len(SUFFIX)] + ".json")  # workflows/api/x.api.json -> workflows/x.json
 
 
 def convert(api_file: Path, definitions: Definitions) -> str:

@@ -350,7 +350,7 @@ def wait_for_app(tools: DevTools, timeout: float = 180.0) -> int:
 def check_file(tools: DevTools, ui_file: Path, origin: str) -> tuple[str, list[str], list[str]]:
     """(summary, failures, notes) of loading ``ui_file`` in the page."""
     ui = json.loads(ui_file.read_text(encoding="utf-8"))
-    api_file = ui_file.with_name(ui_file.name[: -len(".json")] + ".api.json")
+    api_file = ui_file.parent / "api" / (ui_file.name[: -len(".json")] + ".api.json")
     tools.take_events()
     page = tools.evaluate(f"({PAGE_CHECK})({json.dumps(ui_file.name)}, {json.dumps(json.dumps(ui))})",
                           timeout=120)

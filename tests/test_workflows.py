@@ -44,7 +44,7 @@ LORA = "loras/treerpo_embedded.safetensors"
 
 
 def api(name: str) -> dict:
-    return json.loads((WORKFLOWS / f"{name}.api.json").read_text())
+    return json.loads((WORKFLOWS / "api" / f"{name}.api.json").read_text())
 
 
 def ui(name: str) -> dict:
@@ -122,6 +122,17 @@ def check_tables(name: str, texts: dict[str, list[str]]) -> None:
         assert rows[int(np.argmax(scores))][-1] == "<- best"
 
 
+def test_the_template_browser_lists_the_packs_ui_workflows(server: Server) -> None:
+    """ComfyUI serves a pack's ``workflows/*.json`` as its templates, under the pack's folder name: every
+    UI workflow is listed (the API files in ``workflows/api/`` are not) and is served as it is on disk."""
+    from comfyui_server import PACK_NAME
+
+    listed = server.get("/workflow_templates")
+    assert sorted(listed[PACK_NAME]) == sorted(NAMES)
+    for name in NAMES:
+        assert server.get(f"/api/workflow_templates/{PACK_NAME}/{name}.json") == ui(name)
+
+
 # ------------------------------------------------------------------------------ formats
 
 
@@ -133,7 +144,7 @@ def test_ui_file_converts_back_to_the_api_graph(name: str, object_info: dict) ->
 @pytest.mark.parametrize("name", NAMES)
 def test_ui_file_is_what_api_to_ui_writes_now(name: str, object_info: dict) -> None:
     """A stale UI file (a node's widgets or outputs changed) fails here: regenerate it with
-    ``python scripts/api_to_ui.py workflows/*.api.json``."""
+    ``python scripts/api_to_ui.py workflows/api/*.api.json``."""
     fresh = api_to_ui(api(name), object_info, ui(name)["id"])
     assert fresh == ui(name), f"workflows/{name}.json is stale: run scripts/api_to_ui.py"
 
@@ -197,7 +208,7 @@ def test_workflow_runs_in_the_server(name: str, server: Server) -> None:
 @pytest.mark.parametrize(("name", "kind"), [(n, "api") for n in IMAGES] + [("sample_and_score", "ui")])
 def test_workflow_runs_in_process_with_treerpo_run_workflow(name: str, kind: str, comfyui: Path,
                                                             tmp_path: Path) -> None:
-    file = WORKFLOWS / (f"{name}.api.json" if kind == "api" else f"{name}.json")
+    file = WORKFLOWS / "api" / f"{name}.api.json" if kind == "api" else WORKFLOWS / f"{name}.json"
     out = (tmp_path / "out").resolve()
     done = run_cli(comfyui, str(file), "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]

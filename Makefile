@@ -9,7 +9,7 @@ RAPIDOCR ?= rapidocr-onnxruntime==1.4.4
 
 COMFYUI ?= .comfyui
 
-.PHONY: venv comfyui test lint demo workflows check-ui
+.PHONY: venv comfyui browser test lint demo workflows check-ui
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml requirements.txt
@@ -26,7 +26,23 @@ comfyui: $(COMFYUI)/main.py
 $(COMFYUI)/main.py: | $(VENV)/.installed
 	$(PY) scripts/install_comfyui.py --dest $(COMFYUI)
 
-test: venv comfyui
+# Headless Chromium for tests/test_ui_frontend.py (the workflows in ComfyUI's real frontend; skipped
+# without one): Debian's chromium-headless-shell, installed when none is found and we may (root, apt-get)
+browser: venv
+	@if ! $(PY) scripts/check_ui_workflows.py --find-browser >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium-headless-shell (apt-get) for tests/test_ui_frontend.py"; \
+	    log=$$(mktemp); export DEBIAN_FRONTEND=noninteractive; \
+	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+	        chromium-headless-shell fonts-liberation; } >"$$log" 2>&1 || { cat "$$log"; rm -f "$$log"; exit 1; }; \
+	    rm -f "$$log"; \
+	  else \
+	    echo "no Chromium found, and installing one needs root and apt-get: tests/test_ui_frontend.py" \
+	         "(the workflows in the real frontend) will be skipped; apt-get install chromium-headless-shell"; \
+	  fi; \
+	fi
+
+test: venv comfyui browser
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
@@ -41,7 +57,8 @@ workflows: venv comfyui
 	$(PY) scripts/api_to_ui.py workflows/api/*.api.json
 
 # Open every UI workflow in ComfyUI's real web frontend (headless Chromium; on Debian:
-# apt-get install chromium-headless-shell) and compare it with its API file; a PNG of each
-# loaded workflow with: .venv/bin/python scripts/check_ui_workflows.py --screenshots DIR
+# apt-get install chromium-headless-shell) and compare it with its API file, then the pack's templates in
+# the template browser; PNGs of each with: .venv/bin/python scripts/check_ui_workflows.py --templates
+# --screenshots DIR (`make test` runs this with screenshots: tests/test_ui_frontend.py)
 check-ui: venv comfyui
-	$(PY) scripts/check_ui_workflows.py
+	$(PY) scripts/check_ui_workflows.py --templates

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,14 +28,34 @@ import comfy.sd
 import comfy.supported_models_base
 import comfy.utils
 import folder_paths
+import latent_preview
 import torch
 from comfy_api.latest import ComfyExtension, io
 
-__all__ = ["TESTED_FAMILIES", "ComfyExtension", "FlowFamily", "decode_images", "denoise",
-           "embedded_model_patcher", "embedded_policy_of",
-           "flow_family", "guided_sample", "io", "ksampler", "latent_shape_of", "load_for_training",
-           "lora_patched", "model_roots", "model_sigmas", "models_directory", "output_directory",
-           "progress_bar", "prompt_model_conds", "temp_directory"]
+__all__ = [
+    "TESTED_FAMILIES",
+    "ComfyExtension",
+    "FlowFamily",
+    "decode_images",
+    "denoise",
+    "embedded_model_patcher",
+    "embedded_policy_of",
+    "flow_family",
+    "guided_sample",
+    "io",
+    "ksampler",
+    "latent_shape_of",
+    "load_for_training",
+    "lora_patched",
+    "model_roots",
+    "model_sigmas",
+    "models_directory",
+    "node_progress",
+    "output_directory",
+    "progress_bar",
+    "prompt_model_conds",
+    "temp_directory",
+]
 
 
 def output_directory() -> str:
@@ -65,10 +86,41 @@ def progress_bar(total: int) -> comfy.utils.ProgressBar:
     return comfy.utils.ProgressBar(total)
 
 
+def node_progress(total: int) -> Any:
+    """``report(done, text, image)``: the running node's progress bar with ``image`` (a PIL image) as its
+    live preview, and ``text`` shown on the node (ComfyUI's progress text), as samplers report theirs."""
+    bar = comfy.utils.ProgressBar(total)
+
+    def report(done: int, text: str = "", image: Any = None) -> None:
+        bar.update_absolute(done, total, ("JPEG", image, 512) if image is not None else None)
+        if text:
+            send_node_text(text)
+
+    return report
+
+
+def send_node_text(text: str) -> None:
+    """Text shown on the running node in the web UI (nothing when no server is listening: headless)."""
+    from comfy_execution.utils import get_executing_context
+
+    module = sys.modules.get("server")  # ComfyUI's server module, loaded only when a server runs
+    server = getattr(getattr(module, "PromptServer", None), "instance", None)
+    context = get_executing_context()
+    if server is not None and context is not None:
+        server.send_progress_text(text, context.node_id)
+
+
+def _unfold_pixels(latents: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.pixel_shuffle(latents, 4)
+
+
 class EmbeddedLatentFormat(comfy.latent_formats.LatentFormat):
-    """Pixel space: 64x64 RGB folded 4x4 into 48 channels of 16x16, no scaling."""
+    """Pixel space: 64x64 RGB in [-1, 1] folded 4x4 into 48 channels of 16x16, no scaling. Live
+    previews unfold it and show the pixels as they are (ComfyUI's latent-to-RGB previewer)."""
 
     latent_channels = 48
+    latent_rgb_factors = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]  # noqa: RUF012
+    latent_rgb_factors_reshape = staticmethod(_unfold_pixels)
 
 
 class EmbeddedConfig(comfy.supported_models_base.BASE):
@@ -148,7 +200,21 @@ def embedded_policy_of(model: comfy.model_patcher.ModelPatcher) -> tuple[Any, fl
 
 
 # ------------------------------------------------------------------------------ sampling
-SamplerFn = Any  # fn(velocity, x, sigmas, seed) -> samples; velocity(x, sigma[B]) -> v
+SamplerFn = Any  # fn(velocity, x, sigmas, seed, preview) -> samples; velocity(x, sigma[B]) -> v
+PreviewFn = Any  # preview(step, steps, x0 of every branch) -> None
+PREVIEW_TILES = 8  # branches shown side by side in a live preview
+
+
+def tiled(x0: torch.Tensor, tiles: int = PREVIEW_TILES) -> torch.Tensor:
+    """Up to ``tiles`` rows of ``x0`` laid side by side (two rows of tiles past four) as one latent:
+    ComfyUI's previewers show the first latent of a batch, so this shows every branch at once."""
+    rows = list(x0[:tiles])
+    across = min(len(rows), 4)
+    lines = [torch.cat(rows[i:i + across], dim=-1) for i in range(0, len(rows), across)]
+    if len(lines) > 1 and lines[-1].shape != lines[0].shape:  # pad a short last line
+        pad = lines[0].shape[-1] - lines[-1].shape[-1]
+        lines[-1] = torch.nn.functional.pad(lines[-1], (0, pad))
+    return torch.cat(lines, dim=-2).unsqueeze(0)
 
 
 def _denoiser_velocity(model: Any, extra_args: dict) -> Any:
@@ -164,13 +230,21 @@ def _denoiser_velocity(model: Any, extra_args: dict) -> Any:
 
 
 def ksampler(run: SamplerFn) -> comfy.samplers.KSAMPLER:
-    """A SAMPLER (for ``SamplerCustomAdvanced``) that hands our sampler a velocity function."""
+    """A SAMPLER (for ``SamplerCustomAdvanced``) that hands our sampler a velocity function, and a
+    preview function that feeds ComfyUI's live previews (its progress bar and preview method) with
+    every branch's predicted image, side by side."""
 
     def sample(model: Any, x: torch.Tensor, sigmas: torch.Tensor, extra_args: dict | None = None,
                callback: Any = None, disable: bool | None = None) -> torch.Tensor:
         extra_args = dict(extra_args or {})
         seed = int(extra_args.get("seed", 0) or 0)
-        return run(_denoiser_velocity(model, extra_args), x, sigmas, seed)
+
+        def preview(step: int, _steps: int, x0: torch.Tensor) -> None:
+            if callback is not None:
+                callback({"i": step, "denoised": tiled(x0.to(x.dtype)), "x": x, "sigma": sigmas[step],
+                          "sigma_hat": sigmas[step]})
+
+        return run(_denoiser_velocity(model, extra_args), x, sigmas, seed, preview)
 
     return comfy.samplers.KSAMPLER(sample)
 
@@ -190,7 +264,9 @@ def guided_sample(model: comfy.model_patcher.ModelPatcher, positive: Any, negati
     guider = comfy.samplers.CFGGuider(model)
     guider.set_conds(positive, negative)
     guider.set_cfg(cfg)
-    return guider.sample(noise, latent_image, ksampler(run), sigmas, disable_pbar=True, seed=seed)
+    callback = latent_preview.prepare_callback(model, int(sigmas.shape[-1]) - 1)  # as KSampler previews
+    return guider.sample(noise, latent_image, ksampler(run), sigmas, callback=callback, disable_pbar=True,
+                         seed=seed)
 
 
 # ------------------------------------------------------------------------------ training a MODEL

@@ -15,7 +15,7 @@ import torch
 
 from ..trainer.embedded.policy import EmbeddedPolicy
 from ._comfy import embedded_model_patcher, io, model_roots, models_directory
-from .inputs import confined
+from .inputs import check_embedded_text, confined
 
 EmbeddedType = io.Custom("TREERPO_EMBEDDED")
 CATEGORY = "TreeRPO/embedded"
@@ -27,6 +27,18 @@ def _schema(node_id: str, display_name: str, inputs: list, outputs: list, **extr
                      outputs=outputs, **extra)
 
 
+def embedded_folder(weights: str) -> str:
+    """The folder of embedded weights named by the widget: under ComfyUI's models folder when relative,
+    inside its model folders, and holding a saved model (checked before anything runs)."""
+    path = confined(Path(models_directory()) / weights.strip(), model_roots(), "embedded model folder")
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"embedded model folder {weights.strip()!r} not found (looked at {path})")
+    if not (Path(path) / "embedded.json").is_file():
+        raise FileNotFoundError(f"{path} holds no saved embedded model (no embedded.json): write one with "
+                                "EmbeddedPolicy.save_pretrained, or leave weights empty for the shipped one")
+    return path
+
+
 class TreeRPOEmbeddedLoader(io.ComfyNode):
     """Load the embedded default (the weights shipped with the pack, or a folder of the same form)."""
 
@@ -35,19 +47,32 @@ class TreeRPOEmbeddedLoader(io.ComfyNode):
         return _schema(
             "TreeRPOEmbeddedLoader", "TreeRPO Embedded Model Loader",
             [io.String.Input("weights", default="",
-                             tooltip="folder written by save_pretrained; empty: the shipped one"),
+                             tooltip="empty: the model shipped with the pack; or a folder of the same kind "
+                                     "(written by its save_pretrained) under ComfyUI's models folder"),
              io.Float.Input("shift", default=3.0, min=1.0, max=10.0, step=0.1,
-                            tooltip="sigma shift of the schedule the model was trained with")],
-            [io.Model.Output(), EmbeddedType.Output(display_name="embedded")],
-            description="The pack's small scenes model: MODEL for ComfyUI's samplers, plus its "
-                        "text encoder and pixel decoder.")
+                            tooltip="how the steps are spread over the noise levels (sigma shift); keep the "
+                                    "3.0 it was trained with")],
+            [io.Model.Output(), EmbeddedType.Output(display_name="embedded",
+                                                    tooltip="its text encoder and decoder, for the other "
+                                                            "TreeRPO Embedded nodes")],
+            description="Loads the pack's small built-in model, which draws 64x64 pictures of coloured "
+                        "shapes ('two red circles', 'a blue square on the left'). It runs on a CPU in "
+                        "seconds: try sampling and training here before moving to a big model. The MODEL "
+                        "works with ComfyUI's own samplers and LoRA loader.")
+
+    @classmethod
+    def validate_inputs(cls, weights: str) -> bool | str:
+        if not weights.strip():
+            return True
+        try:
+            embedded_folder(weights)
+        except (ValueError, FileNotFoundError) as err:
+            return str(err)  # ComfyUI prefixes the input's name
+        return True
 
     @classmethod
     def execute(cls, weights: str, shift: float) -> io.NodeOutput:
-        folder = None
-        if weights.strip():  # a relative path is under ComfyUI's models folder; none outside its folders
-            path = Path(models_directory()) / weights.strip()
-            folder = confined(path, model_roots(), "embedded model folder")
+        folder = embedded_folder(weights) if weights.strip() else None
         policy = EmbeddedPolicy.from_pretrained(folder)
         return io.NodeOutput(embedded_model_patcher(policy, shift), policy)
 
@@ -59,8 +84,21 @@ class TreeRPOEmbeddedTextEncode(io.ComfyNode):
     def define_schema(cls) -> io.Schema:
         return _schema("TreeRPOEmbeddedTextEncode", "TreeRPO Embedded Text Encode",
                        [EmbeddedType.Input("embedded"),
-                        io.String.Input("text", multiline=True, default="two red circles")],
-                       [io.Conditioning.Output()])
+                        io.String.Input("text", multiline=True, default="two red circles",
+                                        tooltip="a scene in the model's words, e.g. 'a red circle on "
+                                                "the left and a blue square on the right'")],
+                       [io.Conditioning.Output()],
+                       description="Turns a prompt into conditioning for the built-in model (its own text "
+                                   "encoder). It knows only the words of its scenes: shapes, colours, places "
+                                   "and 'two'; other words are refused before anything runs, with the list.")
+
+    @classmethod
+    def validate_inputs(cls, text: str) -> bool | str:
+        try:
+            check_embedded_text(text, "text")
+        except ValueError as err:
+            return str(err).removeprefix("text: ")  # ComfyUI prefixes the input's name
+        return True
 
     @classmethod
     def execute(cls, embedded: Any, text: str) -> io.NodeOutput:
@@ -75,8 +113,10 @@ class TreeRPOEmbeddedEmptyLatent(io.ComfyNode):
     def define_schema(cls) -> io.Schema:
         return _schema("TreeRPOEmbeddedEmptyLatent", "TreeRPO Embedded Empty Latent",
                        [EmbeddedType.Input("embedded"),
-                        io.Int.Input("batch_size", default=1, min=1, max=4096)],
-                       [io.Latent.Output()])
+                        io.Int.Input("batch_size", default=1, min=1, max=4096, tooltip="how many images")],
+                       [io.Latent.Output()],
+                       description="An empty starting image of the built-in model's size (64x64 pixels, "
+                                   "stored as 48 x 16 x 16) for ComfyUI's samplers.")
 
     @classmethod
     def execute(cls, embedded: Any, batch_size: int) -> io.NodeOutput:
@@ -90,7 +130,9 @@ class TreeRPOEmbeddedDecode(io.ComfyNode):
     def define_schema(cls) -> io.Schema:
         return _schema("TreeRPOEmbeddedDecode", "TreeRPO Embedded Decode",
                        [EmbeddedType.Input("embedded"), io.Latent.Input("samples")],
-                       [io.Image.Output()])
+                       [io.Image.Output()],
+                       description="Turns the built-in model's samples into images (it works on pixels "
+                                   "directly: no VAE).")
 
     @classmethod
     def execute(cls, embedded: Any, samples: dict) -> io.NodeOutput:

@@ -4,8 +4,10 @@ that bad input fails at validation, before a graph runs, with the trainer's one-
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ..trainer.rewards.mix import bind_weights, parse_reward_spec
 
@@ -61,3 +63,57 @@ def check_rewards(reward: str, weights_text: str, base: str | Path | None = None
         if not Path(path).exists():
             raise FileNotFoundError(f"weights of reward {name!r} not found: {path}")
     return paths
+
+
+# ------------------------------------------------------------------------------ validation
+# ComfyUI reports a message returned by ``validate_inputs`` once per input the method takes, each labelled
+# with that input's name (so one bad value reads as several errors about other inputs), and skips its own
+# min/max check of those inputs. The nodes therefore check those ranges themselves and *raise* one
+# ``ValueError`` that starts with the input's name: ComfyUI reports a raised error once, with HTTP 400,
+# before anything runs.
+
+
+@contextmanager
+def about(input_name: str) -> Iterator[None]:
+    """Any ValueError / FileNotFoundError inside becomes one error naming ``input_name``."""
+    try:
+        yield
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        message = str(err)
+        if message.startswith(f"{input_name}: "):
+            raise ValueError(message) from None
+        raise ValueError(f"{input_name}: {message}") from None
+
+
+def check_ranges(schema: Any, **values: float) -> None:
+    """Each value within the min/max its input declares in ``schema`` (a V3 ``io.Schema``)."""
+    declared = {i.id: i for i in schema.inputs}
+    for name, value in values.items():
+        spec = declared[name]
+        low, high = getattr(spec, "min", None), getattr(spec, "max", None)
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ValueError(f"{name}: {value} is outside the allowed range {low} to {high}")
+
+
+def check_embedded_text(text: str, input_name: str) -> None:
+    """Text the embedded model's encoder can read, else one error listing the words it knows."""
+    from ..trainer.embedded.architecture import known_words, unknown_words
+
+    unknown = unknown_words(text)
+    if unknown:
+        words = ", ".join(repr(w) for w in unknown)
+        raise ValueError(f"{input_name}: the embedded model does not know {words}; "
+                         f"it knows: {' '.join(known_words())} (and commas)")
+
+
+def reward_spec(reward: str, reward_mix: str) -> str:
+    """The reward named by the dropdown, or with ``mix`` the weighted list typed beside it."""
+    if reward != MIX:
+        return reward
+    if not reward_mix.strip():
+        raise ValueError("reward_mix: with reward 'mix', list the rewards and weights here, "
+                         "e.g. hps-v2.1:0.7, ocr:0.3")
+    return reward_mix.strip()
+
+
+MIX = "mix"

@@ -8,7 +8,8 @@ from typing import Any
 from ..trainer.inference.score import format_scores
 from ..trainer.rewards.mix import RewardMix
 from ._comfy import io, model_roots, models_directory
-from .inputs import check_rewards, parse_lines, parse_weights
+from .inputs import parse_lines, parse_weights, reward_spec
+from .widgets import check_reward_inputs, reward_inputs
 
 CATEGORY = "TreeRPO/rewards"
 
@@ -31,30 +32,29 @@ class TreeRPORewardScore(io.ComfyNode):
     def define_schema(cls) -> io.Schema:
         return io.Schema(
             node_id="TreeRPORewardScore", display_name="TreeRPO Reward Score", category=CATEGORY,
-            description="Rewards of the trainer by name: scene, ocr, hps-v2.1, pickscore, imagereward, "
-                        "clip; several as name:weight,... (a 'weighted' column sums them).",
+            description="Scores images against their prompts with the same rewards training uses, and "
+                        "shows a table (one row per image; with reward = mix, a column per reward and their "
+                        "weighted sum).",
             inputs=[io.Image.Input("images"),
                     io.String.Input("prompts", multiline=True, default="two red circles",
-                                    tooltip="one line per image, or one line for all"),
-                    io.String.Input("reward", default="scene"),
-                    io.String.Input("reward_weights", multiline=True, default="",
-                                    tooltip="name=path lines: the local weights of model rewards")],
+                                    tooltip="what each image should show: one line per image, or one line "
+                                            "for all"),
+                    *reward_inputs()],
             outputs=[io.Float.Output(display_name="scores", is_output_list=True),
                      io.String.Output(display_name="table")],
             is_output_node=True)
 
     @classmethod
-    def validate_inputs(cls, reward: str, reward_weights: str) -> bool | str:
-        try:
-            check_rewards(reward, reward_weights, models_directory(), model_roots())
-        except (ValueError, FileNotFoundError) as err:
-            return str(err)
+    def validate_inputs(cls, prompts: str, reward: str, reward_mix: str, reward_weights: str) -> bool:
+        check_reward_inputs(reward, reward_mix, reward_weights, (prompts, "prompts"))  # raises: reported once
         return True
 
     @classmethod
-    def execute(cls, images: Any, prompts: str, reward: str, reward_weights: str) -> io.NodeOutput:
+    def execute(cls, images: Any, prompts: str, reward: str, reward_mix: str, reward_weights: str
+                ) -> io.NodeOutput:
         batch = images.permute(0, 3, 1, 2).float()  # ComfyUI IMAGE: [B, H, W, 3] in [0, 1]
-        mix = RewardMix(reward, parse_weights(reward_weights, models_directory(), model_roots()))
+        mix = RewardMix(reward_spec(reward, reward_mix),
+                        parse_weights(reward_weights, models_directory(), model_roots()))
         out = mix(batch, prompts_for(prompts, batch.shape[0]))
         names = mix.names
         scores = {names[0]: out["reward"]} if len(names) == 1 else {

@@ -18,7 +18,8 @@ from ..trainer.core.tree import Tree, rollout
 from ..trainer.rewards.mix import RewardMix
 from ._comfy import flow_family, guided_sample, io, ksampler, model_roots, model_sigmas, models_directory
 from .embedded import EmbeddedType
-from .inputs import check_rewards, parse_weights
+from .inputs import check_embedded_text, check_ranges, parse_weights, reward_spec
+from .widgets import check_reward_inputs, reward_inputs
 
 TreeType = io.Custom("TREERPO_TREE")
 CATEGORY = "TreeRPO/sampling"
@@ -34,42 +35,69 @@ class SampledTree:
     sigmas: torch.Tensor
 
 
+SDE_HELP = ("how the random steps add noise (SDE form): flow_grpo = Flow-GRPO's (the default), dance = "
+            "DanceGRPO's, cps = coefficient-preserving (keeps the image's brightness and contrast at "
+            "high noise)")
+
+
 def tree_config(steps: int, depth: int, branching: int, window_start: int, noise_level: float,
                 noise_growth: float = 0.5, sde_kind: str = "flow_grpo") -> TreeConfig:
     config = TreeConfig(steps=steps, window_start=window_start, depth=depth, branching=branching,
                         noise_level=noise_level, noise_growth=noise_growth, sde_kind=sde_kind, tail="euler")
+    if depth >= steps:
+        raise ValueError(f"depth: {depth} splits need more than {steps} steps; use at most {steps - 1}")
     if not 0 <= window_start <= config.max_window_start:
-        raise ValueError(f"window_start {window_start} out of range: with {steps} steps and depth {depth} "
-                         f"it must be in [0, {config.max_window_start}]")
+        raise ValueError(f"window_start: {window_start} is too late; with {steps} steps and {depth} splits "
+                         f"it must be between 0 and {config.max_window_start}")
     return config
+
+
+def check_tree_inputs(schema: io.Schema, steps: int, depth: int, window_start: int) -> None:
+    """The tree's inputs within their declared ranges and consistent with each other (one message,
+    naming the input at fault)."""
+    check_ranges(schema, steps=steps, depth=depth, window_start=window_start)
+    tree_config(steps, depth, 2, window_start, 0.6)
 
 
 def run_plan(config: TreeConfig | MixGRPOConfig, window: int, holder: dict[str, Any]) -> Any:
     """A sampler body: the plan on ComfyUI's sigmas, the rows of ``x`` as prompts whose root noise is
-    ``x`` itself, branching noise from ``seed + row``; returns the leaves."""
+    ``x`` itself, branching noise from ``seed + row``; every step's branches go to the live preview;
+    returns the leaves."""
 
-    def run(velocity: Any, x: torch.Tensor, sigmas: torch.Tensor, seed: int) -> torch.Tensor:
+    def run(velocity: Any, x: torch.Tensor, sigmas: torch.Tensor, seed: int,
+            preview: Any = None) -> torch.Tensor:
         grid = sigmas.detach().float().cpu()
         plan = build_plan(config, grid, window, seed=seed)
         seeds = [seed + row for row in range(x.shape[0])]
         tree = rollout(velocity, None, plan, seeds, tuple(x.shape[1:]),
-                       noise=x.detach().float().cpu().unsqueeze(1), device=x.device)
+                       noise=x.detach().float().cpu().unsqueeze(1), device=x.device, on_step=preview)
         holder["tree"] = SampledTree(tree, seeds, grid)
         return tree.leaf_latents.to(x.dtype)
 
     return run
 
 
-def _sampling_inputs() -> list:
-    return [io.Model.Input("model"), io.Conditioning.Input("positive"), io.Conditioning.Input("negative"),
-            io.Latent.Input("latent", tooltip="its batch rows are grown into trees one by one"),
+def _sampling_inputs(conditioning: bool = True) -> list:
+    model = [io.Model.Input("model")]
+    conds = [io.Conditioning.Input("positive", tooltip="what to draw (from a text encode node)"),
+             io.Conditioning.Input("negative", tooltip="what to avoid (used when cfg is above 1)")]
+    return [*model, *(conds if conditioning else []),
+            io.Latent.Input("latent", tooltip="an empty latent: each image in it grows into its own tree"),
             io.Int.Input("seed", default=0, min=0, max=2**31 - 1, control_after_generate=True),
-            io.Int.Input("steps", default=10, min=2, max=200),
-            io.Float.Input("cfg", default=1.0, min=0.0, max=30.0, step=0.1),
-            io.Int.Input("depth", default=3, min=1, max=8, tooltip="branching SDE steps"),
-            io.Int.Input("branching", default=2, min=1, max=8),
-            io.Int.Input("window_start", default=0, min=0, max=199, tooltip="the first branching step"),
-            io.Float.Input("noise_level", default=0.6, min=0.0, max=2.0, step=0.05)]
+            io.Int.Input("steps", default=10, min=2, max=200, tooltip="denoising steps of each image"),
+            io.Float.Input("cfg", default=1.0, min=0.0, max=30.0, step=0.1,
+                           tooltip="how strongly to follow the prompt (classifier-free guidance scale; "
+                                   "1 = off, as FLUX and Z-Image Turbo want)"),
+            io.Int.Input("depth", default=3, min=1, max=8,
+                         tooltip="how many times each image splits into variations (tree depth): "
+                                 "branching^depth images come out"),
+            io.Int.Input("branching", default=2, min=1, max=8,
+                         tooltip="how many variations each split makes (branching factor)"),
+            io.Int.Input("window_start", default=0, min=0, max=199,
+                         tooltip="the step at which the first split happens: later splits keep the "
+                                 "variations closer to each other (window start)"),
+            io.Float.Input("noise_level", default=0.6, min=0.0, max=2.0, step=0.05,
+                           tooltip="how different the variations are (SDE noise level; 0 = identical)")]
 
 
 def grow_tree(model: Any, positive: Any, negative: Any, latent: dict, seed: int, steps: int, cfg: float,
@@ -89,19 +117,24 @@ class TreeRPOTreeSampler(io.ComfyNode):
     def define_schema(cls) -> io.Schema:
         return io.Schema(
             node_id="TreeRPOTreeSampler", display_name="TreeRPO Tree Sampler", category=CATEGORY,
-            description="ODE to window_start, then depth SDE steps branching into branching children "
-                        "each (noise growing with depth), then ODE: branching^depth leaves per row.",
+            description="Makes many variations of each image that share their first steps, like a tree: "
+                        "it denoises normally up to 'window_start', then splits every image into "
+                        "'branching' variations 'depth' times, adding fresh noise at each split, and "
+                        "finishes each one normally. Out come branching^depth images per input image, "
+                        "shown live while they form. (Dynamic-TreeRPO's tree rollout: ODE, then depth "
+                        "branching SDE steps with noise growing by depth, then ODE.)",
             inputs=[*_sampling_inputs(),
-                    io.Float.Input("noise_growth", default=0.5, min=0.0, max=4.0, step=0.05),
-                    io.Combo.Input("sde_kind", options=list(SDE_KINDS), default="flow_grpo")],
-            outputs=[io.Latent.Output(display_name="leaves"), TreeType.Output(display_name="tree")])
+                    io.Float.Input("noise_growth", default=0.5, min=0.0, max=4.0, step=0.05,
+                                   tooltip="how much more noise each later split adds (depth-wise noise "
+                                           "growth; 0 = the same at every split)"),
+                    io.Combo.Input("sde_kind", options=list(SDE_KINDS), default="flow_grpo",
+                                   tooltip=SDE_HELP)],
+            outputs=[io.Latent.Output(display_name="leaves", tooltip="the finished variations"),
+                     TreeType.Output(display_name="tree", tooltip="the whole tree, for inspection")])
 
     @classmethod
-    def validate_inputs(cls, steps: int, depth: int, window_start: int) -> bool | str:
-        try:
-            tree_config(steps, depth, 2, window_start, 0.6)
-        except ValueError as err:
-            return str(err)
+    def validate_inputs(cls, steps: int, depth: int, window_start: int) -> bool:
+        check_tree_inputs(cls.define_schema(), steps, depth, window_start)  # raises: reported once
         return True
 
     @classmethod
@@ -120,28 +153,43 @@ class TreeRPOFlowSDESampler(io.ComfyNode):
     def define_schema(cls) -> io.Schema:
         return io.Schema(
             node_id="TreeRPOFlowSDESampler", display_name="TreeRPO Flow SDE Sampler", category=CATEGORY,
-            description="Flow-matching SDE (the marginal-preserving step the trainer uses) inside "
-                        "[window_start, window_start + window_size), ODE elsewhere.",
-            inputs=[io.Int.Input("window_start", default=0, min=0, max=199),
-                    io.Int.Input("window_size", default=4, min=1, max=200),
-                    io.Float.Input("noise_level", default=0.7, min=0.0, max=2.0, step=0.05),
-                    io.Combo.Input("sde_kind", options=list(SDE_KINDS), default="flow_grpo")],
+            description="A sampler for SamplerCustomAdvanced that adds a little fresh noise during a few "
+                        "steps (from 'window_start', for 'window_size' steps) and denoises normally "
+                        "elsewhere: varied images that stay close to the normal result. (A flow-matching "
+                        "SDE inside the window, ODE outside: MixGRPO's sampler, the one training uses.)",
+            inputs=[io.Int.Input("window_start", default=0, min=0, max=199,
+                                 tooltip="the first step that adds noise (window start)"),
+                    io.Int.Input("window_size", default=4, min=1, max=200,
+                                 tooltip="how many steps add noise (window size)"),
+                    io.Float.Input("noise_level", default=0.7, min=0.0, max=2.0, step=0.05,
+                                   tooltip="how much noise those steps add (SDE noise level)"),
+                    io.Combo.Input("sde_kind", options=list(SDE_KINDS), default="flow_grpo",
+                                   tooltip=SDE_HELP)],
             outputs=[io.Sampler.Output()])
 
     @classmethod
     def execute(cls, window_start: int, window_size: int, noise_level: float, sde_kind: str) -> io.NodeOutput:
         holder: dict[str, Any] = {}
 
-        def run(velocity: Any, x: torch.Tensor, sigmas: torch.Tensor, seed: int) -> torch.Tensor:
+        def run(velocity: Any, x: torch.Tensor, sigmas: torch.Tensor, seed: int, preview: Any = None
+                ) -> torch.Tensor:
             steps = int(sigmas.shape[-1]) - 1
             config = MixGRPOConfig(steps=steps, window_start=window_start, window_size=window_size,
                                    group_size=1, noise_level=noise_level, sde_kind=sde_kind)
             if window_start > config.max_window_start:
                 raise ValueError(f"window_start {window_start} + window_size {window_size} does not fit "
                                  f"{steps} steps")
-            return run_plan(config, window_start, holder)(velocity, x, sigmas, seed)
+            return run_plan(config, window_start, holder)(velocity, x, sigmas, seed, preview)
 
         return io.NodeOutput(ksampler(run))
+
+
+def encode_prompt(text: str, clip: Any, embedded: Any) -> list:
+    """CONDITIONING of ``text`` as CLIPTextEncode makes it (``clip``), or TreeRPO Embedded Text Encode."""
+    if embedded is not None:
+        cond = embedded.encode([text.strip()])
+        return [[cond["text"], {"pooled_output": cond["pooled"]}]]
+    return clip.encode_from_tokens_scheduled(clip.tokenize(text))
 
 
 class TreeRPOBestOfTree(io.ComfyNode):
@@ -151,47 +199,62 @@ class TreeRPOBestOfTree(io.ComfyNode):
     def define_schema(cls) -> io.Schema:
         return io.Schema(
             node_id="TreeRPOBestOfTree", display_name="TreeRPO Best of Tree", category=CATEGORY,
-            description="Better images without training: branching^depth candidates that share their "
-                        "early steps, scored by a reward; the best one is returned.",
-            inputs=[*_sampling_inputs(),
+            description="Better images without training: makes branching^depth variations of one image "
+                        "that share their first steps (as TreeRPO Tree Sampler), scores each against the "
+                        "prompt with a reward, and returns the best one, all of them and their scores. "
+                        "The prompt is written once: it is both what is drawn and what is scored.",
+            inputs=[*_sampling_inputs(conditioning=False),
                     io.String.Input("prompt", multiline=True, default="two red circles",
-                                    tooltip="the text the reward reads"),
-                    io.String.Input("reward", default="scene"),
-                    io.String.Input("reward_weights", multiline=True, default=""),
-                    EmbeddedType.Input("embedded", optional=True, tooltip="decoder of the embedded model"),
-                    io.Vae.Input("vae", optional=True, tooltip="decoder of a latent model")],
+                                    tooltip="what to draw; the reward scores the images against it"),
+                    io.String.Input("negative_prompt", multiline=True, default="",
+                                    tooltip="what to avoid (used when cfg is above 1)"),
+                    *reward_inputs(),
+                    io.Clip.Input("clip", optional=True,
+                                  tooltip="the text encoder of a model from ComfyUI's loaders"),
+                    EmbeddedType.Input("embedded", optional=True,
+                                       tooltip="the embedded model's output: encodes the prompt and decodes"),
+                    io.Vae.Input("vae", optional=True,
+                                 tooltip="the decoder of a model from ComfyUI's loaders")],
             outputs=[io.Image.Output(display_name="best"), io.Image.Output(display_name="leaves"),
                      io.Float.Output(display_name="scores", is_output_list=True),
                      io.String.Output(display_name="table")],
             is_output_node=True)
 
     @classmethod
-    def validate_inputs(cls, steps: int, depth: int, window_start: int, reward: str,
-                        reward_weights: str) -> bool | str:
-        try:
-            tree_config(steps, depth, 2, window_start, 0.6)
-            check_rewards(reward, reward_weights, models_directory(), model_roots())
-        except (ValueError, FileNotFoundError) as err:
-            return str(err)
+    def validate_inputs(cls, steps: int, depth: int, window_start: int, prompt: str, reward: str,
+                        reward_mix: str, reward_weights: str, input_types: dict | None = None) -> bool:
+        check_tree_inputs(cls.define_schema(), steps, depth, window_start)  # raises: reported once
+        linked = set(input_types or {})
+        if "embedded" in linked:
+            if "clip" in linked or "vae" in linked:
+                raise ValueError("embedded: connect either the embedded model's output or a clip and a vae, "
+                                 "not both")
+            check_embedded_text(prompt, "prompt")
+        elif "clip" not in linked or "vae" not in linked:
+            missing = "clip" if "clip" not in linked else "vae"
+            raise ValueError(f"{missing}: connect the model's {missing} (or, for the embedded model, its "
+                             "'embedded' output instead of clip and vae)")
+        check_reward_inputs(reward, reward_mix, reward_weights, (prompt, "prompt"))
         return True
 
     @classmethod
-    def execute(cls, model: Any, positive: Any, negative: Any, latent: dict, seed: int, steps: int,
-                cfg: float, depth: int, branching: int, window_start: int, noise_level: float, prompt: str,
-                reward: str, reward_weights: str, embedded: Any = None, vae: Any = None) -> io.NodeOutput:
+    def execute(cls, model: Any, latent: dict, seed: int, steps: int, cfg: float, depth: int, branching: int,
+                window_start: int, noise_level: float, prompt: str, negative_prompt: str, reward: str,
+                reward_mix: str, reward_weights: str, clip: Any = None, embedded: Any = None,
+                vae: Any = None) -> io.NodeOutput:
         if latent["samples"].shape[0] != 1:
             raise ValueError(f"best of tree grows one tree: give a latent of batch 1, "
                              f"not {latent['samples'].shape[0]}")
-        if (embedded is None) == (vae is None):
-            raise ValueError("connect exactly one decoder: 'embedded' (embedded model) or 'vae'")
+        if embedded is None and (clip is None or vae is None):
+            raise ValueError("connect a clip and a vae (or the embedded model's 'embedded' output)")
         config = tree_config(steps, depth, branching, window_start, noise_level)
+        positive = encode_prompt(prompt, clip, embedded)
+        negative = encode_prompt(negative_prompt, clip, embedded)
         leaves, _ = grow_tree(model, positive, negative, latent, seed, steps, cfg, config)
-        if embedded is not None:
-            images = embedded.decode(leaves).permute(0, 2, 3, 1)
-        else:
-            images = vae.decode(leaves)
-        images = images.float().cpu().clamp(0.0, 1.0)
-        mix = RewardMix(reward, parse_weights(reward_weights, models_directory(), model_roots()))
+        images = embedded.decode(leaves).permute(0, 2, 3, 1) if embedded is not None else vae.decode(leaves)
+        images = images.reshape(-1, *images.shape[-3:]).float().cpu().clamp(0.0, 1.0)
+        mix = RewardMix(reward_spec(reward, reward_mix),
+                        parse_weights(reward_weights, models_directory(), model_roots()))
         out = mix(images.permute(0, 3, 1, 2), [prompt.strip()] * images.shape[0])
         scores = out["reward"].float()
         best = int(torch.argmax(scores))

@@ -38,15 +38,44 @@ from ._comfy import (
     lora_patched,
     model_roots,
     models_directory,
+    node_progress,
     output_directory,
-    progress_bar,
     temp_directory,
 )
 from .comfy_policy import CURATED, ComfyModelPolicy, lora_targets
 from .embedded import EmbeddedType
-from .inputs import check_rewards, parse_lines, parse_weights
+from .inputs import about, parse_lines, parse_weights, reward_spec
+from .widgets import check_reward_inputs, reward_inputs, settings_input
 
 RunType = io.Custom("TREERPO_RUN")
+
+
+def reward_curve(history: list[dict], iterations: int) -> Any:
+    """A small PIL image of the reward so far (mean and best per iteration): the node's live preview."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    means = [float(r["reward_mean"]) for r in history if r.get("reward_mean") is not None]
+    bests = [float(r["reward_max"]) for r in history if r.get("reward_max") is not None]
+    figure, axes = plt.subplots(figsize=(3.2, 2.2), dpi=100)
+    try:
+        axes.plot(range(1, len(means) + 1), means, marker=".", label="mean")
+        if len(bests) == len(means):
+            axes.plot(range(1, len(bests) + 1), bests, marker=".", alpha=0.6, label="best")
+        axes.set_xlim(0.5, max(iterations, 2) + 0.5)
+        axes.set_xlabel("iteration", fontsize=8)
+        axes.set_title("reward", fontsize=9)
+        axes.tick_params(labelsize=7)
+        axes.legend(fontsize=7, loc="lower right")
+        figure.tight_layout()
+        figure.canvas.draw()
+        size = figure.canvas.get_width_height()
+        return Image.frombuffer("RGBA", size, figure.canvas.buffer_rgba()).convert("RGB")
+    finally:
+        plt.close(figure)
 LoraModelType = io.Custom("LORA_MODEL")  # ComfyUI's own: a state dict in its LoRA keys
 CATEGORY = "TreeRPO/training"
 FORMATS = ["comfyui", "diffusers", "kohya"]
@@ -88,24 +117,27 @@ class TreeRPOTrainLoRA(io.ComfyNode):
     def define_schema(cls) -> io.Schema:
         return io.Schema(
             node_id="TreeRPOTrainLoRA", display_name="TreeRPO Train LoRA (steps)", category=CATEGORY,
-            description="Fine-tune a LoRA with Dynamic-TreeRPO (or a baseline) for some iterations. "
-                        "Chain nodes through 'previous' to continue a run.",
+            description="Teaches the model to make images the reward scores higher, by training a small "
+                        "add-on (a LoRA) for some rounds (iterations). Each round it draws a tree of "
+                        "variations per prompt, scores them, and nudges the model toward the better ones "
+                        "(Dynamic-TreeRPO, or a baseline recipe). The node shows the reward as it trains and "
+                        "a small reward curve as its preview. Chain nodes through 'previous' to continue.",
             inputs=[
                 io.Model.Input("model", tooltip="the embedded model (TreeRPO Embedded Model Loader), or a "
                                                 "flow model (FLUX, SD3, Qwen-Image...) from ComfyUI's "
                                                 "loaders with its clip and vae"),
-                io.Int.Input("iterations", default=4, min=1, max=100000),
+                io.Int.Input("iterations", default=4, min=1, max=100000,
+                             tooltip="how many training rounds this node runs (iterations)"),
                 io.String.Input("prompts", multiline=True, default="",
-                                tooltip="one prompt per line; empty: generated scenes"),
-                io.String.Input("reward", default="scene",
-                                tooltip="a reward name, or several with weights: hps-v2.1:0.7,ocr:0.3"),
-                io.String.Input("reward_weights", multiline=True, default="",
-                                tooltip="name=path lines: the local weights of model rewards"),
-                io.Combo.Input("strategy", options=list(STRATEGIES), default="dynamic_treerpo"),
-                io.Int.Input("seed", default=0, min=0, max=2**31 - 1),
-                io.String.Input("settings", multiline=True, default="",
-                                tooltip="key=value lines for any other option, e.g. tree.depth=3 "
-                                        "(the keys of configs/default.yaml)"),
+                                tooltip="what to practise on, one prompt per line; empty: the embedded "
+                                        "model's generated scenes"),
+                *reward_inputs(),
+                io.Combo.Input("strategy", options=list(STRATEGIES), default="dynamic_treerpo",
+                               tooltip="the training recipe: dynamic_treerpo (this pack's, the paper's), "
+                                       "or a published baseline to compare with"),
+                io.Int.Input("seed", default=0, min=0, max=2**31 - 1,
+                             tooltip="the same seed and inputs train the same LoRA"),
+                settings_input(),
                 RunType.Input("previous", optional=True, tooltip="continue this run"),
                 io.Clip.Input("clip", optional=True, tooltip="a loader's MODEL: encodes the prompts"),
                 io.Vae.Input("vae", optional=True, tooltip="a loader's MODEL: decodes images for the reward"),
@@ -120,24 +152,32 @@ class TreeRPOTrainLoRA(io.ComfyNode):
                                           tooltip="for ComfyUI's own Save LoRA Weights and Load LoRA Model")])
 
     @classmethod
-    def validate_inputs(cls, reward: str, reward_weights: str, settings: str, strategy: str) -> bool | str:
-        # named parameters only: with **kwargs ComfyUI would skip its own min/max checks
-        try:
-            weights = check_rewards(reward, reward_weights, models_directory(), model_roots())
-            check_plan(node_config(1, [], reward, weights, strategy, 0, settings))
-        except (ValueError, TypeError, FileNotFoundError) as err:
-            return str(err)
+    def validate_inputs(cls, prompts: str, reward: str, reward_mix: str, reward_weights: str, settings: str,
+                        strategy: str) -> bool:
+        # named parameters only (with **kwargs ComfyUI would skip its own min/max checks); a refusal is
+        # raised so that ComfyUI reports it once, naming its input
+        weights = check_reward_inputs(reward, reward_mix, reward_weights, (prompts, "prompts"))
+        with about("settings"):
+            check_plan(node_config(1, [], reward_spec(reward, reward_mix), weights, strategy, 0, settings))
         return True
 
     @classmethod
-    def execute(cls, model: Any, iterations: int, prompts: str, reward: str, reward_weights: str,
-                strategy: str, seed: int, settings: str, previous: TrainingState | None = None,
-                clip: Any = None, vae: Any = None, latent: dict | None = None) -> io.NodeOutput:
+    def execute(cls, model: Any, iterations: int, prompts: str, reward: str, reward_mix: str,
+                reward_weights: str, strategy: str, seed: int, settings: str,
+                previous: TrainingState | None = None, clip: Any = None, vae: Any = None,
+                latent: dict | None = None) -> io.NodeOutput:
         weights = parse_weights(reward_weights, models_directory(), model_roots())
-        bar = progress_bar(iterations)
+        reward = reward_spec(reward, reward_mix)
+        report = node_progress(iterations)
+        history: list[dict] = []
 
-        def on_iteration(done: int, _row: dict) -> None:
-            bar.update_absolute(done, iterations)
+        def on_iteration(done: int, row: dict) -> None:
+            history.append(row)
+            mean = row.get("reward_mean")
+            text = f"iteration {done}/{iterations}"
+            if mean is not None:
+                text += f": reward {float(mean):.4f}"
+            report(done, text, reward_curve(history, iterations))
 
         if getattr(model.model, "__dict__", {}).get("policy") is not None:  # the embedded model
             policy, shift = embedded_policy_of(model)

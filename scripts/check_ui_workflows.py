@@ -19,12 +19,23 @@ their downloads is the expected behaviour on a machine without them. So are requ
 makes to other hosts (api.comfy.org, huggingface.co), which ComfyUI's content security policy
 blocks; what the page logs while starting, before any file is loaded, is not counted either.
 
+With ``--templates`` it then opens the template browser (Workflow > Browse Templates) on this
+pack's category, where ComfyUI lists the pack's ``workflows/*.json`` (``GET /workflow_templates``):
+its cards must be exactly those files. It opens the first workflow by clicking its card (the
+frontend fetches it from ``/api/workflow_templates/<pack>/``) and checks it as a file is checked.
+Cards without a thumbnail (``workflows/<name>.jpg``) are reported, not failed.
+
     .venv/bin/python scripts/check_ui_workflows.py                     # every workflows/*.json
     .venv/bin/python scripts/check_ui_workflows.py workflows/best_of_tree.json --browser /usr/bin/chromium
-    .venv/bin/python scripts/check_ui_workflows.py --screenshots shots/   # and a PNG of each, fitted to view
+    .venv/bin/python scripts/check_ui_workflows.py --templates --screenshots shots/
+
+``--screenshots DIR`` saves a 1400x900 PNG of the page with each workflow fitted into view
+(``<name>.png``), of the template browser (``template_browser.png``) and of the workflow opened
+from it (``template_<name>.png``); tests/test_ui_frontend.py runs exactly that under ``make test``.
 
 Prints one line per workflow (name, nodes, links, OK or the differences); exit status 1 when any
-check failed, 2 when ComfyUI or the browser cannot be started.
+check failed, 2 when ComfyUI or the browser cannot be started. ``--find-browser`` only prints the
+Chromium it would use (``make test`` asks it before installing one).
 """
 
 from __future__ import annotations
@@ -48,18 +59,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the test-suite's server helpers
 
-from comfyui_server import Server, comfyui_dir, start_server, stop_server  # noqa: E402
+from comfyui_server import PACK_NAME, Server, comfyui_dir, start_server, stop_server  # noqa: E402
 
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome", "chrome",
             "headless_shell")
 MISSING_MODELS_TITLE = "Missing Models"  # the frontend's dialog listing model files to download
 SETTINGS = {"Comfy.TutorialCompleted": True}  # no template browser over the canvas on first start
-# screenshots: node text stays drawn when a whole graph is fitted into view (default threshold 0.6)
-SCREENSHOT_SETTINGS = {"LiteGraph.Canvas.LowQualityRenderingZoomThreshold": 0.2}
+# screenshots: node text stays drawn when a whole graph is fitted into view (default threshold 0.6),
+# and no minimap over the graph's bottom right corner
+SCREENSHOT_SETTINGS = {"LiteGraph.Canvas.LowQualityRenderingZoomThreshold": 0.2,
+                       "Comfy.Minimap.Visible": False}
 
-# In the page: load one file as a user does and describe what the frontend made of it.
+# In the page: load one workflow as a user does and describe what the frontend made of it.
+# ``load`` is an async function of no arguments that opens the workflow (as a file, or as a template).
 PAGE_CHECK = r"""
-async (name, text) => {
+async (load) => {
   const seen = {missingNodes: [], missingModels: [], fileErrors: [], thrown: []};
   const wrap = (method, key) => {
     const original = app[method];
@@ -70,7 +84,7 @@ async (name, text) => {
                    wrap('showMissingModelsError', 'missingModels'),
                    wrap('showErrorOnFileLoad', 'fileErrors')];
   try {
-    await app.handleFile(new File([text], name, {type: 'application/json'}));
+    await load();
   } catch (err) {
     seen.thrown.push(`loading: ${err}`);
   } finally {
@@ -101,6 +115,84 @@ async (name, text) => {
   await new Promise((resolve) => setTimeout(resolve, 300));
   return {seen, graph, nodes, output, dialogs, toasts,
           left: shown('.p-dialog').length};
+}
+"""
+
+# In the page: the whole graph (nodes and groups) fitted into the part of the canvas that the menus
+# and toolbars leave free, so that a screenshot shows it as large as it goes. The frontend's own
+# "fit view" (the "." key) keeps a quarter of the canvas as margin and centres the graph behind the
+# sidebar and top bars.
+FIT_VIEW = r"""
+(() => {
+  const canvas = window.app && app.canvas;
+  const rects = [...app.graph.nodes.map((node) => node.boundingRect),
+                 ...(app.graph.groups || []).map((group) => group._bounding || group.boundingRect)]
+    .filter((r) => r && r.length === 4);
+  if (!canvas || !rects.length) return false;
+  const x0 = Math.min(...rects.map((r) => r[0])), x1 = Math.max(...rects.map((r) => r[0] + r[2]));
+  const y0 = Math.min(...rects.map((r) => r[1])) - 30;  // badges and titles over the nodes
+  const y1 = Math.max(...rects.map((r) => r[1] + r[3]));
+  const width = canvas.canvas.width / devicePixelRatio, height = canvas.canvas.height / devicePixelRatio;
+  const [left, top, right, bottom] = [80, 140, width - 30, height - 80];  // sidebar, bars, zoom controls
+  const ds = canvas.ds;
+  ds.scale = Math.min((right - left) / (x1 - x0), (bottom - top) / (y1 - y0), 1.25);
+  ds.offset[0] = (left + right) / 2 / ds.scale - (x0 + x1) / 2;  // screen = (graph + offset) * scale
+  ds.offset[1] = (top + bottom) / 2 / ds.scale - (y0 + y1) / 2;
+  canvas.setDirty(true, true);
+  return true;
+})()
+"""
+
+# In the page: Workflow > Browse Templates (the command behind the menu item and the sidebar button),
+# then the pack's category under "Extensions"; the names of the cards it shows, once they stop changing.
+TEMPLATE_BROWSER = r"""
+async (pack) => {
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  const until = async (test, what, ms = 30000) => {
+    for (const end = Date.now() + ms; Date.now() < end; await sleep(100)) {
+      const value = test();
+      if (value) return value;
+    }
+    throw new Error(`the template browser: no ${what} after ${ms / 1000} s`);
+  };
+  await app.extensionManager.command.execute('Comfy.BrowseTemplates');
+  const dialog = await until(() => document.querySelector('[data-testid="template-workflows-content"]')
+    ?.closest('.p-dialog'), 'dialog');
+  const leaves = () => [...dialog.querySelectorAll('nav *')]
+    .filter((el) => el.children.length === 0 && el.textContent.trim());
+  const category = await until(() => leaves().find((el) => el.textContent.trim() === pack),
+                               `category named ${pack}`);
+  category.click();
+  const cards = () => [...dialog.querySelectorAll('[data-testid^="template-workflow-"]')]
+    .map((el) => el.dataset.testid.slice('template-workflow-'.length));
+  let names = [], stable = 0;
+  await until(() => {
+    const now = cards();
+    stable = now.length && now.join() === names.join() ? stable + 1 : 0;
+    names = now;
+    return stable >= 3;
+  }, 'cards');
+  await until(() => [...dialog.querySelectorAll('img')].every((img) => img.complete), 'thumbnails', 10000);
+  return {names};
+}
+"""
+
+# In the page: click a template's card; resolves once the dialog is gone and the workflow is open.
+TEMPLATE_LOAD = r"""
+async () => {
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  const name = %(name)s, count = %(count)d;
+  const card = document.querySelector(`[data-testid="template-workflow-${name}"]`);
+  if (!card) throw new Error(`no card for ${name} in the template browser`);
+  const workflows = app.extensionManager.workflow, before = workflows.activeWorkflow;
+  card.click();
+  // a new tab ("<name> (2)" when the file is open already) with the template's nodes
+  for (const end = Date.now() + 60000; Date.now() < end; await sleep(100)) {
+    if (!document.querySelector('[data-testid="template-workflows-content"]')
+        && workflows.activeWorkflow !== before && workflows.activeWorkflow?.filename.startsWith(name)
+        && app.graph.nodes.length === count) return;
+  }
+  throw new Error(`template ${name}: not opened in 60 s`);
 }
 """
 
@@ -348,12 +440,20 @@ def wait_for_app(tools: DevTools, timeout: float = 180.0) -> int:
 
 
 def check_file(tools: DevTools, ui_file: Path, origin: str) -> tuple[str, list[str], list[str]]:
-    """(summary, failures, notes) of loading ``ui_file`` in the page."""
+    """(summary, failures, notes) of loading ``ui_file`` in the page as a dropped or opened file."""
+    text = ui_file.read_text(encoding="utf-8")
+    load = (f"() => app.handleFile(new File([{json.dumps(text)}], {json.dumps(ui_file.name)}, "
+            "{type: 'application/json'}))")
+    return check_loaded(tools, ui_file, origin, load)
+
+
+def check_loaded(tools: DevTools, ui_file: Path, origin: str, load: str) -> tuple[str, list[str], list[str]]:
+    """(summary, failures, notes) of opening the workflow of ``ui_file`` with ``load`` (an async
+    JavaScript function of no arguments, run in the page)."""
     ui = json.loads(ui_file.read_text(encoding="utf-8"))
     api_file = ui_file.parent / "api" / (ui_file.name[: -len(".json")] + ".api.json")
     tools.take_events()
-    page = tools.evaluate(f"({PAGE_CHECK})({json.dumps(ui_file.name)}, {json.dumps(json.dumps(ui))})",
-                          timeout=120)
+    page = tools.evaluate(f"({PAGE_CHECK})({load})", timeout=120)
     failures = compare_graph(ui, page)
     logged, offline = problems_in_log(tools.take_events(), origin)
     failures += logged
@@ -379,20 +479,75 @@ def check_file(tools: DevTools, ui_file: Path, origin: str) -> tuple[str, list[s
     return summary, failures, notes
 
 
-def save_screenshot(tools: DevTools, folder: Path, ui_file: Path) -> Path:
-    """The page as it shows the loaded workflow, as ``<folder>/<workflow>.png``."""
+def save_screenshot(tools: DevTools, folder: Path, name: str, fit: bool = True) -> Path:
+    """The page as it shows now, as ``<folder>/<name>.png``; with ``fit``, the whole graph in view
+    first (FIT_VIEW)."""
     folder.mkdir(parents=True, exist_ok=True)
-    # the whole graph in view, as the canvas's "fit view" (the "." key) shows it
-    tools.evaluate("(() => { const c = window.app && window.app.canvas;"
-                   " if (c && c.fitViewToSelectionAnimated) c.fitViewToSelectionAnimated({duration: 1});"
-                   " else if (c && c.ds && c.ds.fitToBounds && app.graph.getBounding)"
-                   " c.ds.fitToBounds(app.graph.getBounding());"
-                   " if (c) c.setDirty(true, true); return true; })()")
+    if fit and not tools.evaluate(FIT_VIEW):
+        raise BrowserError(f"{name}: the graph could not be fitted into view (no nodes?)")
     time.sleep(0.5)
     shot = tools.call("Page.captureScreenshot", {"format": "png"})
-    path = folder / (ui_file.name[: -len(".json")] + ".png")
+    path = folder / f"{name}.png"
     path.write_bytes(base64.b64decode(shot["data"]))
     return path
+
+
+def check_template_browser(tools: DevTools, origin: str,
+                           shots: Path | None) -> tuple[str, list[str], list[str]]:
+    """(summary, failures, notes) of opening the template browser on this pack's category (the
+    dialog stays open): its cards must be the pack's UI workflows, which ``GET /workflow_templates``
+    lists. A PNG of the dialog, ``template_browser.png``, goes into ``shots``."""
+    with urllib.request.urlopen(origin + "/workflow_templates", timeout=30) as reply:
+        listed = sorted(json.load(reply).get(PACK_NAME, []))
+    ours = sorted(p.name[: -len(".json")] for p in ui_files([]))
+    failures, notes, names = [], [], []
+    if listed != ours:
+        failures.append(f"GET /workflow_templates lists {listed} for {PACK_NAME}, workflows/ has {ours}")
+    tools.take_events()
+    try:
+        page = tools.evaluate(f"({TEMPLATE_BROWSER})({json.dumps(PACK_NAME)})", timeout=90)
+        names = sorted(page["names"])
+        if names != listed:
+            failures.append(f"the template browser shows {names} under {PACK_NAME}, "
+                            f"the server lists {listed}")
+    except BrowserError as err:
+        failures.append(str(err).strip().splitlines()[0])
+    finally:
+        if shots is not None:
+            notes.append(f"screenshot: {save_screenshot(tools, shots, 'template_browser', fit=False)}")
+    # the cards ask for <name>.jpg beside each workflow and show a placeholder where there is none
+    thumbnails = f"{origin}/api/workflow_templates/{PACK_NAME}/"
+    events = tools.take_events()
+    missing = [e for e in events if e.get("method") == "Log.entryAdded"
+               and e["params"]["entry"].get("url", "").startswith(thumbnails)
+               and "404" in e["params"]["entry"].get("text", "")]
+    logged, offline = problems_in_log([e for e in events if e not in missing], origin)
+    failures += logged
+    if missing:
+        notes.insert(0, f"{len(missing)} card(s) without a thumbnail (workflows/<name>.jpg) "
+                        "show a placeholder")
+    if offline:
+        notes.insert(0, f"{offline} blocked request(s) to other hosts left out")
+    return f"template browser: {len(names)} templates under {PACK_NAME}", failures, notes
+
+
+def check_template(tools: DevTools, ui_file: Path, origin: str) -> tuple[str, list[str], list[str]]:
+    """(summary, failures, notes) of opening ``ui_file`` by clicking its card in the open template
+    browser (the frontend fetches it from ``/api/workflow_templates/<pack>/``); checked as a file is."""
+    name = ui_file.name[: -len(".json")]
+    count = len(json.loads(ui_file.read_text(encoding="utf-8"))["nodes"])
+    summary, failures, notes = check_loaded(tools, ui_file, origin,
+                                            TEMPLATE_LOAD % {"name": json.dumps(name), "count": count})
+    return f"template {summary}", failures, notes
+
+
+def report(summary: str, failures: list[str], notes: list[str]) -> str:
+    """A check's lines: summary, OK or the count of problems, notes (screenshots on lines of their
+    own), then one line per problem."""
+    shots = [note for note in notes if note.startswith("screenshot: ")]
+    lines = [f"{summary}: " + ("OK" if not failures else f"{len(failures)} problem(s)")
+             + "".join(f" ({note})" for note in notes if note not in shots)]
+    return "\n".join(lines + [f"  - {line}" for line in failures] + [f"  {note}" for note in shots])
 
 
 def ui_files(given: list[Path]) -> list[Path]:
@@ -414,9 +569,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--browser", default=None, help="Chromium executable (default: first on PATH)")
     parser.add_argument("--verbose", action="store_true", help="also list what the page logged on start")
     parser.add_argument("--screenshots", type=Path, default=None,
-                        help="also save a PNG of each loaded workflow into this folder (1400x900)")
+                        help="also save a PNG of each loaded workflow (1400x900, fitted to view) "
+                             "into this folder")
+    parser.add_argument("--templates", action="store_true",
+                        help="also open the template browser on this pack's templates (check its cards) and "
+                             "open the first workflow from there; with --screenshots, PNGs of both")
+    parser.add_argument("--find-browser", action="store_true",
+                        help="only print the Chromium the check would use (exit status 2 when none)")
     args = parser.parse_args(argv)
     started = time.monotonic()
+    if args.find_browser:
+        try:
+            print(find_browser(args.browser))
+            return 0
+        except FileNotFoundError as err:
+            print(f"check_ui_workflows: {err}", file=sys.stderr)
+            return 2
     try:
         files = ui_files(args.files)
         browser = find_browser(args.browser)
@@ -451,12 +619,19 @@ def main(argv: list[str] | None = None) -> int:
             for file in files:
                 summary, failures, notes = check_file(tools, file, server.url)
                 failed |= bool(failures)
-                print(f"{summary}: " + ("OK" if not failures else f"{len(failures)} problem(s)")
-                      + "".join(f" ({note})" for note in notes))
-                for line in failures:
-                    print(f"  - {line}")
+                print(report(summary, failures, notes))
                 if args.screenshots is not None:
-                    print(f"  screenshot: {save_screenshot(tools, args.screenshots, file)}")
+                    print(f"  screenshot: {save_screenshot(tools, args.screenshots, file.stem)}")
+            if args.templates:
+                summary, failures, notes = check_template_browser(tools, server.url, args.screenshots)
+                if not failures:
+                    print(report(summary, failures, notes))
+                    summary, failures, notes = check_template(tools, files[0], server.url)
+                    if args.screenshots is not None:
+                        name = "template_" + files[0].name[: -len(".json")]
+                        notes.append(f"screenshot: {save_screenshot(tools, args.screenshots, name)}")
+                failed |= bool(failures)
+                print(report(summary, failures, notes))
         except (BrowserError, AssertionError, OSError) as err:
             print(f"check_ui_workflows: error: {str(err).strip()}", file=sys.stderr)
             return 2

@@ -122,10 +122,11 @@ def test_exported_comfyui_lora_loads_with_lora_loader_model_only(server: Server,
 
 
 def test_missing_weights_folder_fails_validation_of_the_run_and_server_keeps_serving(server: Server) -> None:
-    result = server.run(sample_graph(1, 1, 2, weights="/nonexistent/treerpo-weights"))
-    assert result["status"]["status_str"] == "error"
-    text = str(result["status"]["messages"])
-    assert "treerpo-weights" in text
+    status, body = server.post_prompt(sample_graph(1, 1, 2, weights="missing/treerpo-weights"))
+    assert status == 400, body
+    (error,) = body["node_errors"]["1"]["errors"]
+    assert error["extra_info"]["input_name"] == "weights" and "treerpo-weights" in error["details"]
+    assert "not found" in error["details"]
     assert "TreeRPOEmbeddedLoader" in server.get("/object_info/TreeRPOEmbeddedLoader")
 
 
@@ -141,7 +142,8 @@ def train_graph(iterations: int = 1, reward: str = "scene", settings: str = SMAL
     :func:`sample_graph`) so its images can be compared with the saved LoRA's."""
     graph = sample_graph(11, 2, 5)
     graph["10"] = {"class_type": "TreeRPOTrainLoRA", "inputs": {
-        "model": ["1", 0], "iterations": iterations, "prompts": "", "reward": reward, "reward_weights": "",
+        "model": ["1", 0], "iterations": iterations, "prompts": "", "reward": reward, "reward_mix": "",
+        "reward_weights": "",
         "strategy": "dynamic_treerpo", "seed": 0, "settings": settings}}
     graph["11"] = {"class_type": "TreeRPOSaveLoRA",
                    "inputs": {"run": ["10", 2], "filename_prefix": prefix, "format": "comfyui"}}
@@ -213,7 +215,7 @@ def test_lora_output_works_with_comfyuis_own_lora_nodes(server: Server) -> None:
 def test_reward_score_node_scores_images_like_the_trainer(server: Server) -> None:
     graph = sample_graph(3, 2, 5)
     graph["20"] = {"class_type": "TreeRPORewardScore", "inputs": {
-        "images": ["5", 0], "prompts": PROMPT, "reward": "scene", "reward_weights": ""}}
+        "images": ["5", 0], "prompts": PROMPT, "reward": "scene", "reward_mix": "", "reward_weights": ""}}
     result = server.run(graph)
     images = saved_images(server, result)
     table = result["outputs"]["20"]["text"][0]
@@ -228,7 +230,9 @@ def test_reward_score_node_scores_images_like_the_trainer(server: Server) -> Non
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ({"reward": "hps"}, "unknown reward 'hps'"),
+    ({"reward": "hps"}, "reward: 'hps' is not a reward; choose one of clip, hps-v2.1"),  # the dropdown
+    ({"reward": "mix"}, "reward_mix: with reward 'mix', list the rewards"),
+    ({"reward": "mix", "reward_mix": "scene:0.5, hps:0.5"}, "reward_mix: unknown reward 'hps'"),
     ({"reward": "hps-v2.1"}, "reward 'hps-v2.1' needs its weights"),
     ({"settings": "tree.depth=0"}, "depth"),
     ({"settings": "tree.dept=3"}, "unknown key 'tree.dept'"),
@@ -239,6 +243,7 @@ def test_reward_score_node_scores_images_like_the_trainer(server: Server) -> Non
     ({"reward": "hps-v2.1", "reward_weights": "hps-v2.1=../../secret.pt"},
      "is outside ComfyUI's model folders"),
     ({"iterations": 0}, "smaller than min"),  # ComfyUI's own range check still applies
+    ({"prompts": "a purple dragon"}, "prompts: the scene reward cannot read 'a purple dragon'"),
 ])
 def test_bad_training_inputs_fail_validation_and_the_server_keeps_serving(
         server: Server, change: dict, message: str) -> None:
@@ -261,8 +266,9 @@ def tree_graph(node: str, extra: dict, seed: int = 5) -> dict:
     """Embedded loader -> text encode -> latent (batch 1) -> ``node`` -> decode -> save (node 6)."""
     graph = sample_graph(seed, 1, 10)
     del graph["4"]
+    conds = {"positive": ["2", 0], "negative": ["2", 0]} if node != "TreeRPOBestOfTree" else {}
     graph["30"] = {"class_type": node, "inputs": {
-        "model": ["1", 0], "positive": ["2", 0], "negative": ["2", 0], "latent": ["3", 0], "seed": seed,
+        "model": ["1", 0], **conds, "latent": ["3", 0], "seed": seed,
         "steps": 10, "cfg": 1.0, "depth": 2, "branching": 2, "window_start": 2, "noise_level": 0.6, **extra}}
     graph["5"]["inputs"]["samples"] = ["30", 0]
     return graph
@@ -319,9 +325,8 @@ def test_flow_sde_sampler_runs_in_sampler_custom_advanced_as_in_the_trainer(serv
 
 
 def test_best_of_tree_returns_the_leaf_with_the_highest_reward(server: Server) -> None:
-    graph = tree_graph("TreeRPOBestOfTree", {"prompt": PROMPT, "reward": "scene", "reward_weights": "",
-                                             "embedded": ["1", 1]})
-    del graph["5"]
+    graph = tree_graph("TreeRPOBestOfTree", BEST_OF_TREE)
+    del graph["5"], graph["2"]  # the prompt is given once, to Best of Tree
     graph["6"]["inputs"]["images"] = ["30", 0]
     graph["31"] = {"class_type": "SaveImage", "inputs": {"images": ["30", 1], "filename_prefix": "leaves"}}
     result = server.run(graph)
@@ -337,11 +342,77 @@ def test_best_of_tree_returns_the_leaf_with_the_highest_reward(server: Server) -
     assert np.array_equal(best[0], leaves[top])
 
 
-def test_tree_options_out_of_range_fail_validation(server: Server) -> None:
-    graph = tree_graph("TreeRPOTreeSampler", {"noise_growth": 0.5, "sde_kind": "flow_grpo",
-                                              "window_start": 8})
+BEST_OF_TREE = {"prompt": PROMPT, "negative_prompt": "", "reward": "scene", "reward_mix": "",
+                "reward_weights": "", "embedded": ["1", 1]}
+
+
+def refusal(server: Server, graph: dict) -> tuple[str, str]:
+    """Post a graph that must be refused before anything runs: HTTP 400, exactly one error on one node,
+    no run queued; returns (node, message). The server keeps serving."""
+    before = len(server.get("/history"))
     status, body = server.post_prompt(graph)
-    assert status == 400 and "window_start 8 out of range" in json.dumps(body), body
+    assert status == 400, body
+    errors = [(node, e) for node, entry in body["node_errors"].items() for e in entry["errors"]]
+    assert len(errors) == 1, errors  # one message, not one per input the node validates
+    node, error = errors[0]
+    message = error["details"]  # "input - why" from a node checking one input, else the node's raised message
+    assert "\n" not in message
+    assert len(server.get("/history")) == before and server.get("/queue")["queue_running"] == []
+    assert server.get("/system_stats")
+    return node, message
+
+
+TREE = {"noise_growth": 0.5, "sde_kind": "flow_grpo"}
+
+
+@pytest.mark.parametrize(("node", "change", "starts", "says"), [
+    # a value above its declared maximum, on an input the node validates itself (ComfyUI skips its own check)
+    ("TreeRPOTreeSampler", {"depth": 9}, "depth", "9 is outside the allowed range 1 to 8"),
+    ("TreeRPOTreeSampler", {"steps": 500}, "steps", "500 is outside the allowed range 2 to 200"),
+    ("TreeRPOBestOfTree", {"depth": 12}, "depth", "12 is outside the allowed range 1 to 8"),
+    # consistent values: the message names the input at fault, once
+    ("TreeRPOTreeSampler", {"window_start": 8}, "window_start", "must be between 0 and 7"),
+    ("TreeRPOBestOfTree", {"window_start": 9}, "window_start", "must be between 0 and 7"),
+    # text the embedded model cannot read, refused with the words it knows
+    ("TreeRPOBestOfTree", {"prompt": "a purple dragon"}, "prompt", "does not know 'dragon'; it knows: a and"),
+    # files checked against ComfyUI's model folders before anything runs
+    ("TreeRPOBestOfTree", {"reward": "hps-v2.1", "reward_weights": "hps-v2.1=rewards/none.pt"},
+     "reward_weights", "weights of reward 'hps-v2.1' not found"),
+    ("TreeRPOBestOfTree", {"reward": "mix", "reward_mix": ""}, "reward_mix", "list the rewards and weights"),
+])
+def test_each_bad_input_is_refused_once_by_name_before_anything_runs(server: Server, node: str, change: dict,
+                                                                      starts: str, says: str) -> None:
+    graph = tree_graph(node, {**(TREE if node == "TreeRPOTreeSampler" else BEST_OF_TREE), **change})
+    if node == "TreeRPOBestOfTree":
+        del graph["5"], graph["2"]
+        graph["6"]["inputs"]["images"] = ["30", 0]
+    where, message = refusal(server, graph)
+    assert where == "30" and message.startswith(starts) and says in message, message
+
+
+def test_embedded_text_and_weights_are_checked_before_anything_runs(server: Server) -> None:
+    graph = sample_graph(1, 1, 2)
+    graph["2"]["inputs"]["text"] = "a red circle, very shiny"
+    node, message = refusal(server, graph)
+    assert node == "2" and message.startswith("text - the embedded model does not know 'very', 'shiny'")
+    assert "it knows: a and at blue bottom circle" in message
+    node, message = refusal(server, sample_graph(1, 1, 2, weights="no_such_model"))
+    assert node == "1" and message.startswith("weights - embedded model folder 'no_such_model' not found")
+
+
+def test_a_training_prompt_the_embedded_model_cannot_read_fails_naming_the_words_it_knows(
+        server: Server) -> None:
+    """With the scene reward, training prompts are checked at validation (above). With another reward the
+    node cannot see at validation which model is connected (ComfyUI gives validate_inputs no graph), so
+    the embedded encoder refuses the prompt when the node runs, in one line listing the words it knows."""
+    graph = train_graph(reward="ocr")
+    graph["10"]["inputs"]["prompts"] = "two red circles\na red circle beside a tree"
+    result = server.run(graph)
+    assert result["status"]["status_str"] == "error"
+    message = next(m for kind, m in result["status"]["messages"] if kind == "execution_error")
+    text = message["exception_message"].strip()
+    assert "unknown word 'beside'" in text and "it knows: a and at blue" in text and "\n" not in text, text
+    assert server.get("/system_stats")
 
 
 def test_a_latent_of_the_wrong_size_fails_with_one_line(server: Server) -> None:

@@ -293,12 +293,14 @@ def keep_trained_per_root(edge_train: Tensor, edge_child: Tensor, node_parent: S
 @torch.no_grad()
 def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence[int],
             latent_shape: Sequence[int], noise: Tensor | None = None,
-            max_batch: int | None = None, device: torch.device | str | None = None) -> Tree:
+            max_batch: int | None = None, device: torch.device | str | None = None,
+            on_step: Callable[[int, int, Tensor], None] | None = None) -> Tree:
     """Run ``plan`` for ``len(seeds)`` prompts and return the :class:`Tree`.
 
     ``cond`` holds one row per prompt (see ``cond.select_rows``). ``noise`` overrides the
     initial noise, shape ``[P, roots_per_prompt, *latent_shape]``. ``seeds[p]`` seeds every
-    random draw of prompt ``p``: the same seeds give bitwise the same tree.
+    random draw of prompt ``p``: the same seeds give bitwise the same tree. ``on_step(step, steps,
+    x0)`` sees each step's predicted clean latents of every active node (for live previews).
     """
     num_prompts = len(seeds)
     if num_prompts < 1:
@@ -336,6 +338,8 @@ def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence
 
     for step, op in enumerate(plan.ops):
         v, step_calls = _evaluate(velocity, x, op.sigma, cond_rows, max_batch)
+        if on_step is not None:
+            on_step(step, len(plan.ops), predicted_x0(x, v, op.sigma))
         nfe += x.shape[0]
         calls += step_calls
         calls_per_step.append(step_calls)

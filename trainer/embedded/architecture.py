@@ -39,6 +39,24 @@ def vocabulary() -> list[str]:
     return [*SPECIAL_TOKENS, *PUNCTUATION, *sorted(VOCABULARY)]
 
 
+def unknown_words(text: str) -> list[str]:
+    """The words of ``text`` the embedded text encoder has no token for (lower-cased, split as its
+    tokenizer splits: at whitespace and punctuation), in order, each once."""
+    import re
+
+    known = set(vocabulary())
+    out: list[str] = []
+    for word in re.findall(r"\w+|[^\w\s]", text.lower()):
+        if word not in known and word not in out:
+            out.append(word)
+    return out
+
+
+def known_words() -> list[str]:
+    """The scene grammar's words, sorted: what a prompt for the embedded model may use."""
+    return sorted(VOCABULARY)
+
+
 def transformer_config() -> dict[str, Any]:
     """``FluxTransformer2DModel`` arguments: 2 double + 2 single blocks, 4 heads x 32 (1.85M)."""
     return {

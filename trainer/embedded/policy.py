@@ -167,7 +167,10 @@ class EmbeddedPolicy(PolicyBase, nn.Module):
             if bool((row == unk).any()):
                 pieces = self.tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(prompt.lower())
                 words = [w for w, _ in pieces if self.tokenizer.convert_tokens_to_ids(w) == unk]
-                raise ValueError(f"prompt {prompt!r}: unknown word {words[0]!r} for the embedded model")
+                from .architecture import known_words
+
+                raise ValueError(f"prompt {prompt!r}: unknown word {words[0]!r} for the embedded model; it "
+                                 f"knows: {' '.join(known_words())} (and commas)")
         with torch.no_grad():
             out = self.text_encoder(input_ids=ids.to(self.device),
                                     attention_mask=batch.attention_mask.to(self.device))

@@ -1,0 +1,75 @@
+"""The UI workflows in ComfyUI's real web frontend, in headless Chromium (scripts/check_ui_workflows.py).
+
+Each ``workflows/*.json`` is opened as a user opens a file, checked against the file and its
+``workflows/api/<name>.api.json``, and photographed fitted to the view; then the template browser
+is opened on this pack's category (its cards must be the pack's workflows) and photographed, and
+the first workflow is opened from its card. The PNGs stay in pytest's temporary folder (the last
+three runs are kept): the test prints where, so that a person can look at them.
+
+Needs a Chromium (``make test`` installs Debian's ``chromium-headless-shell`` when it runs as root,
+as CI does); skipped without one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from comfyui_server import REPO, require_comfyui
+from PIL import Image
+
+SCRIPT = REPO / "scripts" / "check_ui_workflows.py"
+WIDTH, HEIGHT = 1400, 900  # the page size of the script's screenshots
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("check_ui_workflows", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def assert_shows_something(path: Path) -> None:
+    """A valid PNG of the whole page, not a blank one: many colours over the canvas area."""
+    assert 20_000 < path.stat().st_size < 5_000_000, f"{path.name}: {path.stat().st_size} bytes"
+    with Image.open(path) as image:
+        image.verify()  # the PNG's structure and checksums
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.size == (WIDTH, HEIGHT), f"{path.name}: {image.size}"
+        # the canvas, below the menu and right of the sidebar: nodes, links and text, many colours
+        canvas = image.convert("RGB").crop((100, 150, WIDTH - 100, HEIGHT - 100))
+    colours = canvas.getcolors(maxcolors=1 << 20)
+    assert len(colours) > 200, f"{path.name}: {len(colours)} colours over the canvas, a blank page?"
+    assert max(count for count, _ in colours) < 0.9 * canvas.width * canvas.height, \
+        f"{path.name}: one colour covers the canvas"
+
+
+def test_ui_workflows_and_templates_in_the_real_frontend(tmp_path: Path, capsys) -> None:
+    comfyui = require_comfyui()
+    script = _script()
+    try:
+        browser = script.find_browser(None)
+    except FileNotFoundError:
+        pytest.skip(f"no Chromium on PATH ({', '.join(script.BROWSERS)}): `make test` installs "
+                    "Debian's chromium-headless-shell when run as root (as CI does); "
+                    "else: apt-get install chromium-headless-shell")
+    shots = tmp_path / "screenshots"
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, str(SCRIPT), "--comfyui", str(comfyui), "--browser", browser,
+                          "--templates", "--screenshots", str(shots)],
+                         capture_output=True, text=True, timeout=600)
+    output = run.stdout + run.stderr
+    with capsys.disabled():  # shown also when the test passes
+        print(f"\n{SCRIPT.name} ({time.monotonic() - started:.0f} s); screenshots in {shots}")
+    assert run.returncode == 0, output
+    names = sorted(p.name[: -len(".json")] for p in (REPO / "workflows").glob("*.json"))
+    assert names, "no UI workflows in workflows/"
+    expected = {f"{name}.png" for name in names} | {"template_browser.png", f"template_{names[0]}.png"}
+    assert {p.name for p in shots.iterdir()} == expected, output
+    assert f"template browser: {len(names)} templates under" in output, output
+    for name in sorted(expected):
+        assert_shows_something(shots / name)

@@ -224,11 +224,16 @@ class TreeRPOSaveLoRA(io.ComfyNode):
     def define_schema(cls) -> io.Schema:
         return io.Schema(
             node_id="TreeRPOSaveLoRA", display_name="TreeRPO Save LoRA", category=CATEGORY,
-            description="comfyui: diffusion_model.* keys with .alpha (LoraLoaderModelOnly); "
-                        "diffusers: pipe.load_lora_weights; kohya: lora_unet_* keys (sd-scripts, ComfyUI).",
-            inputs=[RunType.Input("run"),
-                    io.String.Input("filename_prefix", default="loras/treerpo_lora"),
-                    io.Combo.Input("format", options=FORMATS, default="comfyui")],
+            description="Saves the trained LoRA as a .safetensors file in ComfyUI's output folder. Put it "
+                        "in models/loras to use it with Load LoRA. Formats: comfyui (for ComfyUI's LoRA "
+                        "loaders), kohya (also read by sd-scripts and most tools), diffusers (for Python "
+                        "scripts using diffusers; FLUX and SD3 only).",
+            inputs=[RunType.Input("run", tooltip="the run of a TreeRPO Train LoRA node"),
+                    io.String.Input("filename_prefix", default="loras/treerpo_lora",
+                                    tooltip="file name in ComfyUI's output folder (without .safetensors)"),
+                    io.Combo.Input("format", options=FORMATS, default="comfyui",
+                                   tooltip="which tools the file is for (key format): comfyui, kohya, "
+                                           "diffusers")],
             outputs=[io.String.Output(display_name="path")], is_output_node=True)
 
     @classmethod
@@ -278,8 +283,11 @@ class TreeRPOPlotHistory(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
         return io.Schema(node_id="TreeRPOPlotHistory", display_name="TreeRPO Plot History",
-                         category=CATEGORY, inputs=[RunType.Input("run")],
-                         outputs=[io.Image.Output()])
+                         category=CATEGORY,
+                         inputs=[RunType.Input("run", tooltip="the run of a TreeRPO Train LoRA node")],
+                         outputs=[io.Image.Output()],
+                         description="Draws how training went: the reward (mean and best) and the loss per "
+                                     "round, as an image to preview or save.")
 
     @classmethod
     def execute(cls, run: TrainingState) -> io.NodeOutput:

@@ -25,13 +25,27 @@ its cards must be exactly those files. It opens the first workflow by clicking i
 frontend fetches it from ``/api/workflow_templates/<pack>/``) and checks it as a file is checked.
 Cards without a thumbnail (``workflows/<name>.jpg``) are reported, not failed.
 
+With ``--run-previews`` ComfyUI runs with ``--preview-method auto`` and the page runs two workflows as
+a user does (opened as a file, queued with the Run button's command, Comfy.QueuePrompt), watching what
+the frontend makes of the server's messages about one node: ``train_embedded`` until TreeRPO Train
+LoRA (steps) shows its reward curve (the node's ``imgs``, from ``app.nodePreviewImages``) and its
+progress text "iteration k/K: reward ..." (the frontend's text widget on the node, on the page) from
+iteration 3 on, then interrupted (the Interrupt command: training on CPU takes minutes); and
+``best_of_tree``, with 100 steps instead of 10, until TreeRPO Best of Tree shows its branches tiled
+side by side (the latent previewer's image) at 60% of its steps, then left to finish. Each
+node is photographed mid-run, zoomed on it (``run_<name>.png``); the run must end as expected
+(interrupted, or success), the server's queue empty, with nothing logged by the page.
+
     .venv/bin/python scripts/check_ui_workflows.py                     # every workflows/*.json
     .venv/bin/python scripts/check_ui_workflows.py workflows/best_of_tree.json --browser /usr/bin/chromium
     .venv/bin/python scripts/check_ui_workflows.py --templates --screenshots shots/
+    .venv/bin/python scripts/check_ui_workflows.py --run-previews --screenshots shots/
 
 ``--screenshots DIR`` saves a 1400x900 PNG of the page with each workflow fitted into view
 (``<name>.png``), of the template browser (``template_browser.png``) and of the workflow opened
-from it (``template_<name>.png``); tests/test_ui_frontend.py runs exactly that under ``make test``.
+from it (``template_<name>.png``), and of the live previews (``run_<name>.png``); tests/test_ui_frontend.py
+runs ``--templates --screenshots DIR`` and (a test of its own, the slowest) ``--run-previews
+--screenshots DIR`` on the two workflows it runs, under ``make test``.
 
 Prints one line per workflow (name, nodes, links, OK or the differences); exit status 1 when any
 check failed, 2 when ComfyUI or the browser cannot be started. ``--find-browser`` only prints the
@@ -45,6 +59,7 @@ import base64
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -52,6 +67,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
@@ -59,7 +75,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the test-suite's server helpers
 
-from comfyui_server import PACK_NAME, Server, comfyui_dir, start_server, stop_server  # noqa: E402
+from comfyui_server import PACK_NAME, Server, _free_port, comfyui_dir, stop_server  # noqa: E402
 
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome", "chrome",
             "headless_shell")
@@ -118,16 +134,16 @@ async (load) => {
 }
 """
 
-# In the page: the whole graph (nodes and groups) fitted into the part of the canvas that the menus
-# and toolbars leave free, so that a screenshot shows it as large as it goes. The frontend's own
-# "fit view" (the "." key) keeps a quarter of the canvas as margin and centres the graph behind the
-# sidebar and top bars.
+# In the page: the whole graph (nodes and groups; ``ids`` null), or the nodes of ``ids`` alone, fitted
+# into the part of the canvas that the menus and toolbars leave free, at most ``most`` times life size,
+# so that a screenshot shows it as large as it goes. The frontend's own "fit view" (the "." key) keeps
+# a quarter of the canvas as margin and centres the graph behind the sidebar and top bars.
 FIT_VIEW = r"""
-(() => {
+(ids, most) => {
   const canvas = window.app && app.canvas;
-  const rects = [...app.graph.nodes.map((node) => node.boundingRect),
-                 ...(app.graph.groups || []).map((group) => group._bounding || group.boundingRect)]
-    .filter((r) => r && r.length === 4);
+  const nodes = ids ? ids.map((id) => app.graph.getNodeById(id)).filter(Boolean) : app.graph.nodes;
+  const groups = ids ? [] : (app.graph.groups || []).map((group) => group._bounding || group.boundingRect);
+  const rects = [...nodes.map((node) => node.boundingRect), ...groups].filter((r) => r && r.length === 4);
   if (!canvas || !rects.length) return false;
   const x0 = Math.min(...rects.map((r) => r[0])), x1 = Math.max(...rects.map((r) => r[0] + r[2]));
   const y0 = Math.min(...rects.map((r) => r[1])) - 30;  // badges and titles over the nodes
@@ -135,12 +151,12 @@ FIT_VIEW = r"""
   const width = canvas.canvas.width / devicePixelRatio, height = canvas.canvas.height / devicePixelRatio;
   const [left, top, right, bottom] = [80, 140, width - 30, height - 80];  // sidebar, bars, zoom controls
   const ds = canvas.ds;
-  ds.scale = Math.min((right - left) / (x1 - x0), (bottom - top) / (y1 - y0), 1.25);
+  ds.scale = Math.min((right - left) / (x1 - x0), (bottom - top) / (y1 - y0), most);
   ds.offset[0] = (left + right) / 2 / ds.scale - (x0 + x1) / 2;  // screen = (graph + offset) * scale
   ds.offset[1] = (top + bottom) / 2 / ds.scale - (y0 + y1) / 2;
   canvas.setDirty(true, true);
   return true;
-})()
+}
 """
 
 # In the page: Workflow > Browse Templates (the command behind the menu item and the sidebar button),
@@ -196,6 +212,65 @@ async () => {
 }
 """
 
+
+# In the page: set widgets of node ``id`` (``{name: value}``), listen to what the server sends about
+# that node while the graph runs (the frontend's own api events: previews, progress, progress text,
+# the end of the run), and queue the graph as the Run button does (command Comfy.QueuePrompt).
+RUN_START = r"""
+async (id, widgets) => {
+  const node = app.graph.getNodeById(id);
+  if (!node) throw new Error(`no node ${id} in the graph`);
+  for (const [name, value] of Object.entries(widgets)) {
+    const widget = (node.widgets || []).find((w) => w.name === name);
+    if (!widget) throw new Error(`node ${id} has no widget ${name}`);
+    widget.value = value;
+    widget.callback?.(value);
+  }
+  const queued = Date.now();
+  const seen = {previews: 0, firstPreview: null, texts: 0, lastText: null, progress: null, end: null};
+  const mine = (nodeId) => String(nodeId) === String(id);
+  const listeners = {
+    b_preview_with_metadata: ({detail}) => {
+      if (!mine(detail.displayNodeId)) return;
+      seen.previews += 1;
+      seen.firstPreview ??= (Date.now() - queued) / 1000;  // seconds after queueing
+    },
+    progress_text: ({detail}) => {
+      if (mine(detail.nodeId)) { seen.texts += 1; seen.lastText = detail.text; }
+    },
+    progress: ({detail}) => { if (mine(detail.node)) seen.progress = [detail.value, detail.max]; },
+    execution_success: () => { seen.end = 'success'; },
+    execution_interrupted: () => { seen.end = 'interrupted'; },
+    execution_error: ({detail}) => {
+      seen.end = `error in node ${detail.node_id}: ${detail.exception_type}: ${detail.exception_message}`;
+    },
+  };
+  for (const [type, listener] of Object.entries(listeners)) app.api.addEventListener(type, listener);
+  window.__previewRun = {seen, stop: () => Object.entries(listeners)
+    .forEach(([type, listener]) => app.api.removeEventListener(type, listener))};
+  await app.extensionManager.command.execute('Comfy.QueuePrompt');
+  return true;
+}
+"""
+
+# In the page: what node ``id`` shows now (its preview image, as the canvas draws it from ``node.imgs``,
+# and the text of its progress-text widget, and whether that text is on the page), with what RUN_START
+# has heard so far and the dialogs open.
+RUN_STATE = r"""
+(id) => {
+  const node = app.graph.getNodeById(id);
+  const img = node?.imgs?.[0];
+  const widget = (node?.widgets || []).find((w) => w.name === '$$node-text-preview');
+  const text = widget ? String(widget.value ?? '') : null;
+  const dialogs = [...document.querySelectorAll('.p-dialog')].filter((el) => el.offsetParent !== null)
+    .map((el) => el.innerText.trim().replace(/\s+/g, ' ').slice(0, 300));
+  return {...window.__previewRun.seen,
+          image: img && img.complete && img.naturalWidth ? [img.naturalWidth, img.naturalHeight] : null,
+          previewUrl: Boolean(app.nodePreviewImages?.[String(id)]?.length),
+          text, textOnPage: Boolean(text) && document.body.innerText.includes(text),
+          nodeSize: node ? node.size.map(Math.round) : null, dialogs};
+}
+"""
 
 class BrowserError(RuntimeError):
     """The browser could not be started or stopped answering."""
@@ -306,6 +381,32 @@ class DevTools:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         os.close(self._to_browser)
+
+
+def start_server(root: Path, base: Path, options: Iterable[str] = (), timeout: float = 120.0) -> Server:
+    """``comfyui_server.start_server`` with more of ComfyUI's command-line ``options`` (the preview
+    method): ComfyUI on a free port with this checkout linked as a custom node pack."""
+    (base / "custom_nodes").mkdir(parents=True, exist_ok=True)
+    (base / "custom_nodes" / PACK_NAME).symlink_to(REPO, target_is_directory=True)
+    port = _free_port()
+    log = base / "server.log"
+    process = subprocess.Popen(
+        [sys.executable, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port),
+         "--disable-api-nodes", "--database-url", "sqlite:///:memory:", "--base-directory", str(base),
+         *options],
+        cwd=root, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    server = Server(port, base, log, process)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise OSError(f"ComfyUI exited with {process.returncode}:\n{server.log_text()[-3000:]}")
+        try:
+            server.get("/object_info/KSampler")
+            return server
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.5)
+    stop_server(server)
+    raise OSError(f"ComfyUI did not answer in {timeout:.0f} s:\n{server.log_text()[-3000:]}")
 
 
 def find_browser(given: str | None) -> str:
@@ -479,11 +580,12 @@ def check_loaded(tools: DevTools, ui_file: Path, origin: str, load: str) -> tupl
     return summary, failures, notes
 
 
-def save_screenshot(tools: DevTools, folder: Path, name: str, fit: bool = True) -> Path:
+def save_screenshot(tools: DevTools, folder: Path, name: str, fit: bool = True,
+                    nodes: list[int] | None = None) -> Path:
     """The page as it shows now, as ``<folder>/<name>.png``; with ``fit``, the whole graph in view
-    first (FIT_VIEW)."""
+    first (FIT_VIEW), or with ``nodes``, those nodes alone, up to twice life size."""
     folder.mkdir(parents=True, exist_ok=True)
-    if fit and not tools.evaluate(FIT_VIEW):
+    if (fit or nodes) and not tools.evaluate(f"({FIT_VIEW})({json.dumps(nodes)}, {2.0 if nodes else 1.25})"):
         raise BrowserError(f"{name}: the graph could not be fitted into view (no nodes?)")
     time.sleep(0.5)
     shot = tools.call("Page.captureScreenshot", {"format": "png"})
@@ -541,6 +643,102 @@ def check_template(tools: DevTools, ui_file: Path, origin: str) -> tuple[str, li
     return f"template {summary}", failures, notes
 
 
+
+def training_curve_shown(state: dict) -> bool:
+    """The training node shows a reward curve and, on the page, its progress text from iteration 3 on
+    (or the last, for fewer iterations): a curve of a few points."""
+    match = re.search(r"iteration (\d+)/(\d+)", state["text"] or "")
+    return bool(state["image"] and state["previewUrl"] and match and state["textOnPage"]
+                and int(match[1]) >= min(3, int(match[2])))
+
+
+def tree_preview_shown(state: dict) -> bool:
+    """The Best of Tree node shows a live preview of its branches from 60% of its steps on, when they
+    are mostly drawn (and 40 steps are left to photograph them: 3 s on two idle cores)."""
+    done, steps = state["progress"] or (0, 1)
+    return bool(state["image"] and state["previewUrl"] and state["previews"] >= 2 and done >= 0.6 * steps)
+
+
+PREVIEW_OPTIONS = ("--preview-method", "auto")  # latent previews while sampling (latent2rgb here)
+# workflow, the node whose live preview is photographed, widgets changed first, when to photograph it,
+# whether to interrupt the run then (training the embedded model on CPU takes minutes) or let it end
+PREVIEW_RUNS = (
+    ("train_embedded", "TreeRPOTrainLoRA", {}, training_curve_shown, True),
+    # more steps than the file's 10, so that the tree grows long enough for its previews to be caught
+    ("best_of_tree", "TreeRPOBestOfTree", {"steps": 100}, tree_preview_shown, False),
+)
+
+
+def run_with_previews(tools: DevTools, server: Server, ui_file: Path, node_type: str, widgets: dict,
+                      shown, interrupt: bool, shots: Path | None,
+                      timeout: float = 600.0) -> tuple[str, list[str], list[str]]:
+    """(summary, failures, notes) of running ``ui_file`` from the page as a user does (opened as a file,
+    queued with the Run button's command) until the node of ``node_type`` shows its live preview
+    (``shown(state)`` of RUN_STATE), when the page is photographed zoomed on that node
+    (``run_<name>.png`` in ``shots``); then, with ``interrupt``, the run is interrupted (the Interrupt
+    command), and the check waits for its end and for the server's queue to be empty."""
+    name = ui_file.name[: -len(".json")]
+    _, failures, _ = check_file(tools, ui_file, server.url)  # opened as a file, and checked as one
+    notes: list[str] = []
+    node_id = next(n["id"] for n in json.loads(ui_file.read_text(encoding="utf-8"))["nodes"]
+                   if n["type"] == node_type)
+    summary = f"run {name}: {node_type} (node {node_id})" + "".join(f", {k}={v}" for k, v in widgets.items())
+    tools.take_events()
+    started = time.monotonic()
+    tools.evaluate(f"({RUN_START})({node_id}, {json.dumps(widgets)})")
+    probe = f"({RUN_STATE})({node_id})"
+    state: dict = tools.evaluate(probe)
+    while time.monotonic() < started + timeout and not (state["dialogs"] or state["end"] or shown(state)):
+        time.sleep(0.25)
+        state = tools.evaluate(probe)
+    if state["image"]:
+        progress = ", progress {}/{}".format(*state["progress"]) if state["progress"] else ""
+        notes.append(f"preview {state['image'][0]}x{state['image'][1]} shown on the node "
+                     f"({state['previews']} preview(s) received{progress}, the first "
+                     f"{state['firstPreview']:.0f} s after queueing)")
+    else:
+        failures.append(f"no preview image shown on node {node_id} ({state['previews']} preview(s) received, "
+                        f"run {state['end'] or 'still going'} after {time.monotonic() - started:.0f} s)")
+    if state["text"] is not None:
+        notes.append(f"progress text {'on the page' if state['textOnPage'] else 'NOT on the page'}: "
+                     f"{state['text']!r} ({state['texts']} received)")
+    if state["image"] and shots is not None:
+        path = save_screenshot(tools, shots, f"run_{name}", nodes=[node_id])
+        end = tools.evaluate(probe)["end"]
+        notes.append(f"photographed {time.monotonic() - started:.0f} s after queueing, "
+                     + ("while the node ran" if end is None else f"after the run ended ({end})"))
+        notes.append(f"screenshot: {path}")
+    if state["end"] is not None and not shown(state):
+        failures.append(f"the run ended ({state['end']}) before the node showed its preview")
+    failures += [f"dialog: {text}" for text in state["dialogs"]]
+    if interrupt and state["end"] is None:  # stop it where it is, as the Interrupt button does
+        tools.evaluate("app.extensionManager.command.execute('Comfy.Interrupt')")
+    while state["end"] is None and time.monotonic() < started + timeout:
+        time.sleep(0.25)
+        state = tools.evaluate(probe)
+    tools.evaluate("window.__previewRun.stop()")
+    while time.monotonic() < started + timeout:
+        queue = server.get("/queue")
+        if not queue.get("queue_running") and not queue.get("queue_pending"):
+            break
+        time.sleep(0.25)
+    else:
+        failures.append(f"the server's queue is not empty {timeout:.0f} s after queueing")
+    expected = ("interrupted", "success") if interrupt else ("success",)  # it may end before the interrupt
+    if state["end"] not in expected:
+        failures.append(f"the run: {state['end'] or 'no end heard'} (expected: {' or '.join(expected)})")
+    time.sleep(0.5)  # the canvas draws what the end of the run changed
+    last = tools.evaluate(probe)
+    shows = "a {}x{} image".format(*last["image"]) if last["image"] else "no image"
+    notes.append(f"run {state['end']} {time.monotonic() - started:.0f} s after queueing; then the node shows "
+                 + shows + (f" and text {last['text']!r}" if last["text"] else ""))
+    failures += problems_in_log(tools.take_events(), server.url)[0]
+    time.sleep(1.5)  # the "interrupted" toast goes by itself; close what is left
+    tools.evaluate("[...document.querySelectorAll('.p-toast-message .p-toast-close-button')]"
+                   ".forEach((b) => b.click())")
+    return summary, failures, notes
+
+
 def report(summary: str, failures: list[str], notes: list[str]) -> str:
     """A check's lines: summary, OK or the count of problems, notes (screenshots on lines of their
     own), then one line per problem."""
@@ -574,6 +772,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--templates", action="store_true",
                         help="also open the template browser on this pack's templates (check its cards) and "
                              "open the first workflow from there; with --screenshots, PNGs of both")
+    parser.add_argument("--run-previews", action="store_true",
+                        help="also run train_embedded and best_of_tree from the page (ComfyUI started with "
+                             "--preview-method auto) until their nodes show live previews; with "
+                             "--screenshots, PNGs of those nodes mid-run (run_<name>.png)")
     parser.add_argument("--find-browser", action="store_true",
                         help="only print the Chromium the check would use (exit status 2 when none)")
     args = parser.parse_args(argv)
@@ -599,7 +801,8 @@ def main(argv: list[str] | None = None) -> int:
         server: Server | None = None
         tools: DevTools | None = None
         try:
-            server = start_server(comfyui.resolve(), Path(tmp) / "comfyui")
+            server = start_server(comfyui.resolve(), Path(tmp) / "comfyui",
+                                  PREVIEW_OPTIONS if args.run_previews else ())
             settings = {**SETTINGS, **(SCREENSHOT_SETTINGS if args.screenshots is not None else {})}
             request = urllib.request.Request(server.url + "/settings", data=json.dumps(settings).encode(),
                                              headers={"Content-Type": "application/json"})
@@ -630,6 +833,12 @@ def main(argv: list[str] | None = None) -> int:
                     if args.screenshots is not None:
                         name = "template_" + files[0].name[: -len(".json")]
                         notes.append(f"screenshot: {save_screenshot(tools, args.screenshots, name)}")
+                failed |= bool(failures)
+                print(report(summary, failures, notes))
+            for name, node_type, widgets, shown, interrupt in PREVIEW_RUNS if args.run_previews else ():
+                ui_file = REPO / "workflows" / f"{name}.json"
+                summary, failures, notes = run_with_previews(tools, server, ui_file, node_type, widgets,
+                                                             shown, interrupt, args.screenshots)
                 failed |= bool(failures)
                 print(report(summary, failures, notes))
         except (BrowserError, AssertionError, OSError) as err:

@@ -72,7 +72,7 @@ logging.getLogger().addHandler(caught)
 SETTINGS = "\n".join(["data.prompts_per_iteration=2", "tree.steps=4", "tree.depth=2", "lora.rank=4",
                       "lora.alpha=8.0", "optim.lr=0.05"])
 PROMPTS = "a red apple on a table\na blue car in the rain"
-REWARD = dict(reward="clip", reward_weights="clip=rewards/tiny_clip")
+REWARD = dict(reward="clip", reward_mix="", reward_weights="clip=rewards/tiny_clip")
 
 def predict(model, x, sigma, conds):
     comfy.model_management.load_models_gpu([model], force_full_load=True)  # patches applied, as samplers do
@@ -140,14 +140,16 @@ for family in wanted.split(","):
             row["diffusers"] = str(err)
         positive = clip.encode_from_tokens_scheduled(clip.tokenize("a red apple on a table"))
         negative = clip.encode_from_tokens_scheduled(clip.tokenize(""))
-        sampling = dict(model=trained, positive=positive, negative=negative, latent=latent, seed=1, steps=4,
-                        cfg=1.0 if info.guidance_embedding else 2.0, depth=2, branching=2, window_start=0,
-                        noise_level=0.6)
-        leaves, tree = TreeRPOTreeSampler.execute(**sampling, noise_growth=0.5, sde_kind="flow_grpo").args
+        cfg = 1.0 if info.guidance_embedding else 2.0
+        sampling = dict(model=trained, latent=latent, seed=1, steps=4, cfg=cfg, depth=2, branching=2,
+                        window_start=0, noise_level=0.6)
+        leaves, tree = TreeRPOTreeSampler.execute(**sampling, positive=positive, negative=negative,
+                                                  noise_growth=0.5, sde_kind="flow_grpo").args
         row["tree_leaves"] = list(leaves["samples"].shape)
         row["tree_finite"] = bool(torch.isfinite(leaves["samples"]).all())
         best, images, scores, table = TreeRPOBestOfTree.execute(**sampling, prompt="a red apple on a table",
-                                                                vae=vae, **REWARD).args
+                                                                negative_prompt="", clip=clip, vae=vae,
+                                                                **REWARD).args
         row["best_shape"] = list(best.shape)
         row["best_scores"] = scores
         row["best_is_max"] = bool(float(best.sub(images[max(range(len(scores)), key=scores.__getitem__)])

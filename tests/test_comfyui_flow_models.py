@@ -54,7 +54,7 @@ def train_graph(iterations: int = 2, fmt: str = "comfyui", prefix: str = "loras/
     graph = sd3_graph()
     graph["10"] = {"class_type": "TreeRPOTrainLoRA", "inputs": {
         "model": ["1", 0], "clip": ["2", 0], "vae": ["3", 0], "latent": ["4", 0], "iterations": iterations,
-        "prompts": PROMPTS, "reward": "clip", "reward_weights": "clip=rewards/tiny_clip",
+        "prompts": PROMPTS, "reward": "clip", "reward_mix": "", "reward_weights": "clip=rewards/tiny_clip",
         "strategy": "dynamic_treerpo", "seed": 0, "settings": SETTINGS}}
     graph["11"] = {"class_type": "TreeRPOSaveLoRA",
                    "inputs": {"run": ["10", 2], "filename_prefix": prefix, "format": fmt}}

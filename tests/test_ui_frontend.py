@@ -3,8 +3,10 @@
 Each ``workflows/*.json`` is opened as a user opens a file, checked against the file and its
 ``workflows/api/<name>.api.json``, and photographed fitted to the view; then the template browser
 is opened on this pack's category (its cards must be the pack's workflows) and photographed, and
-the first workflow is opened from its card. The PNGs stay in pytest's temporary folder (the last
-three runs are kept): the test prints where, so that a person can look at them.
+the first workflow is opened from its card. A second test runs two workflows from the page
+(``--run-previews``) and photographs the live previews their nodes show mid-run. The PNGs stay in
+pytest's temporary folder (the last three runs are kept): the tests print where, so that a person can
+look at them.
 
 Needs a Chromium (``make test`` installs Debian's ``chromium-headless-shell`` when it runs as root,
 as CI does); skipped without one.
@@ -13,6 +15,7 @@ as CI does); skipped without one.
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 import time
@@ -48,7 +51,9 @@ def assert_shows_something(path: Path) -> None:
         f"{path.name}: one colour covers the canvas"
 
 
-def test_ui_workflows_and_templates_in_the_real_frontend(tmp_path: Path, capsys) -> None:
+def run_script(options: list[str], shots: Path, capsys, timeout: float = 600) -> str:
+    """The script's output with ``options`` and ``--screenshots shots``, which must succeed; skips
+    without a Chromium."""
     comfyui = require_comfyui()
     script = _script()
     try:
@@ -57,15 +62,22 @@ def test_ui_workflows_and_templates_in_the_real_frontend(tmp_path: Path, capsys)
         pytest.skip(f"no Chromium on PATH ({', '.join(script.BROWSERS)}): `make test` installs "
                     "Debian's chromium-headless-shell when run as root (as CI does); "
                     "else: apt-get install chromium-headless-shell")
-    shots = tmp_path / "screenshots"
     started = time.monotonic()
     run = subprocess.run([sys.executable, str(SCRIPT), "--comfyui", str(comfyui), "--browser", browser,
-                          "--templates", "--screenshots", str(shots)],
-                         capture_output=True, text=True, timeout=600)
+                          *options, "--screenshots", str(shots)],
+                         capture_output=True, text=True, timeout=timeout)
     output = run.stdout + run.stderr
     with capsys.disabled():  # shown also when the test passes
-        print(f"\n{SCRIPT.name} ({time.monotonic() - started:.0f} s); screenshots in {shots}")
+        shown = " ".join(Path(option).name if option.endswith(".json") else option for option in options)
+        print(f"\n{SCRIPT.name} {shown} ({time.monotonic() - started:.0f} s); "
+              f"screenshots in {shots}")
     assert run.returncode == 0, output
+    return output
+
+
+def test_ui_workflows_and_templates_in_the_real_frontend(tmp_path: Path, capsys) -> None:
+    shots = tmp_path / "screenshots"
+    output = run_script(["--templates"], shots, capsys)
     names = sorted(p.name[: -len(".json")] for p in (REPO / "workflows").glob("*.json"))
     assert names, "no UI workflows in workflows/"
     expected = {f"{name}.png" for name in names} | {"template_browser.png", f"template_{names[0]}.png"}
@@ -73,3 +85,29 @@ def test_ui_workflows_and_templates_in_the_real_frontend(tmp_path: Path, capsys)
     assert f"template browser: {len(names)} templates under" in output, output
     for name in sorted(expected):
         assert_shows_something(shots / name)
+
+
+def test_live_previews_in_the_real_frontend(tmp_path: Path, capsys) -> None:
+    """The live previews, photographed in the page while the workflows run (``--run-previews``): the
+    reward curve and progress text of TreeRPO Train LoRA (steps) in train_embedded (interrupted at
+    iteration 3, several minutes of training on CPU otherwise), and the branches of TreeRPO Best of
+    Tree, side by side, in best_of_tree. A test of its own: the training makes it the slowest of the
+    suite (about 1 to 3 minutes on two cores)."""
+    shots = tmp_path / "screenshots"
+    names = ["train_embedded", "best_of_tree"]
+    output = run_script([str(REPO / "workflows" / f"{name}.json") for name in names] + ["--run-previews"],
+                        shots, capsys)
+    assert {p.name for p in shots.iterdir()} == {f"{n}.png" for n in names} | {f"run_{n}.png" for n in names}
+    runs = {m[1]: m[0] for m in re.finditer(r"^run (\w+): .*$", output, re.MULTILINE)}
+    assert sorted(runs) == sorted(names), output
+    for name, line in runs.items():
+        assert ": OK (" in line and "while the node ran" in line, line
+        assert_shows_something(shots / f"run_{name}.png")
+    train, tree = runs["train_embedded"], runs["best_of_tree"]
+    assert re.search(r"preview \d+x\d+ shown on the node", train), train
+    text = re.search(r"progress text on the page: 'iteration (\d+)/(\d+): reward -?\d+\.\d{4}'", train)
+    assert text and int(text[1]) >= min(3, int(text[2])), train  # a curve of a few points
+    assert re.search(r"run (interrupted|success) ", train), train
+    size = re.search(r"preview (\d+)x(\d+) shown on the node", tree)
+    assert size and int(size[1]) == 2 * int(size[2]), f"not 4 x 2 tiles of square leaves: {tree}"
+    assert "run success" in tree, tree

@@ -30,9 +30,10 @@ a user does (opened as a file, queued with the Run button's command, Comfy.Queue
 the frontend makes of the server's messages about one node: ``train_embedded`` until TreeRPO Train
 LoRA (steps) shows its reward curve (the node's ``imgs``, from ``app.nodePreviewImages``) and its
 progress text "iteration k/K: reward ..." (the frontend's text widget on the node, on the page) from
-iteration 3 on, then interrupted (the Interrupt command: training on CPU takes minutes); and
+iteration 3 on, then interrupted (the Interrupt command; the whole training takes half a minute on
+two idle cores, minutes on busy ones); and
 ``best_of_tree``, with 100 steps instead of 10, until TreeRPO Best of Tree shows its branches tiled
-side by side (the latent previewer's image) at 60% of its steps, then left to finish. Each
+side by side (the latent previewer's image) at half its steps, then left to finish. Each
 node is photographed mid-run, zoomed on it (``run_<name>.png``); the run must end as expected
 (interrupted, or success), the server's queue empty, with nothing logged by the page.
 
@@ -581,13 +582,14 @@ def check_loaded(tools: DevTools, ui_file: Path, origin: str, load: str) -> tupl
 
 
 def save_screenshot(tools: DevTools, folder: Path, name: str, fit: bool = True,
-                    nodes: list[int] | None = None) -> Path:
+                    nodes: list[int] | None = None, settle: float = 0.5) -> Path:
     """The page as it shows now, as ``<folder>/<name>.png``; with ``fit``, the whole graph in view
-    first (FIT_VIEW), or with ``nodes``, those nodes alone, up to twice life size."""
+    first (FIT_VIEW), or with ``nodes``, those nodes alone, up to twice life size; ``settle`` seconds
+    later (the canvas draws on the next frame)."""
     folder.mkdir(parents=True, exist_ok=True)
     if (fit or nodes) and not tools.evaluate(f"({FIT_VIEW})({json.dumps(nodes)}, {2.0 if nodes else 1.25})"):
         raise BrowserError(f"{name}: the graph could not be fitted into view (no nodes?)")
-    time.sleep(0.5)
+    time.sleep(settle)
     shot = tools.call("Page.captureScreenshot", {"format": "png"})
     path = folder / f"{name}.png"
     path.write_bytes(base64.b64decode(shot["data"]))
@@ -653,15 +655,15 @@ def training_curve_shown(state: dict) -> bool:
 
 
 def tree_preview_shown(state: dict) -> bool:
-    """The Best of Tree node shows a live preview of its branches from 60% of its steps on, when they
-    are mostly drawn (and 40 steps are left to photograph them: 3 s on two idle cores)."""
+    """The Best of Tree node shows a live preview of its branches from half its steps on, when they
+    are mostly drawn (and half are left to photograph them: 3 s of 100 steps on two idle cores)."""
     done, steps = state["progress"] or (0, 1)
-    return bool(state["image"] and state["previewUrl"] and state["previews"] >= 2 and done >= 0.6 * steps)
+    return bool(state["image"] and state["previewUrl"] and state["previews"] >= 2 and done >= 0.5 * steps)
 
 
 PREVIEW_OPTIONS = ("--preview-method", "auto")  # latent previews while sampling (latent2rgb here)
 # workflow, the node whose live preview is photographed, widgets changed first, when to photograph it,
-# whether to interrupt the run then (training the embedded model on CPU takes minutes) or let it end
+# whether to interrupt the run then (all 12 iterations: half a minute on two idle cores) or let it end
 PREVIEW_RUNS = (
     ("train_embedded", "TreeRPOTrainLoRA", {}, training_curve_shown, True),
     # more steps than the file's 10, so that the tree grows long enough for its previews to be caught
@@ -697,24 +699,26 @@ def run_with_previews(tools: DevTools, server: Server, ui_file: Path, node_type:
                      f"({state['previews']} preview(s) received{progress}, the first "
                      f"{state['firstPreview']:.0f} s after queueing)")
     else:
-        failures.append(f"no preview image shown on node {node_id} ({state['previews']} preview(s) received, "
-                        f"run {state['end'] or 'still going'} after {time.monotonic() - started:.0f} s)")
+        failures.append(f"no preview image shown on node {node_id} ({state['previews']} preview(s) received "
+                        f"in {time.monotonic() - started:.0f} s; run: {state['end'] or 'not ended'})")
     if state["text"] is not None:
         notes.append(f"progress text {'on the page' if state['textOnPage'] else 'NOT on the page'}: "
                      f"{state['text']!r} ({state['texts']} received)")
     if state["image"] and shots is not None:
-        path = save_screenshot(tools, shots, f"run_{name}", nodes=[node_id])
+        path = save_screenshot(tools, shots, f"run_{name}", nodes=[node_id], settle=0.25)  # still running
         end = tools.evaluate(probe)["end"]
         notes.append(f"photographed {time.monotonic() - started:.0f} s after queueing, "
                      + ("while the node ran" if end is None else f"after the run ended ({end})"))
         notes.append(f"screenshot: {path}")
-    if state["end"] is not None and not shown(state):
-        failures.append(f"the run ended ({state['end']}) before the node showed its preview")
+    if not shown(state):
+        why = (f"the run ended ({state['end']})" if state["end"] else "a dialog opened" if state["dialogs"]
+               else f"{time.monotonic() - started:.0f} s passed")
+        failures.append(f"{why} before the node showed what {shown.__name__} waits for")
     failures += [f"dialog: {text}" for text in state["dialogs"]]
     if interrupt and state["end"] is None:  # stop it where it is, as the Interrupt button does
         tools.evaluate("app.extensionManager.command.execute('Comfy.Interrupt')")
-    while state["end"] is None and time.monotonic() < started + timeout:
-        time.sleep(0.25)
+    while state["end"] is None and not state["dialogs"] and time.monotonic() < started + timeout:
+        time.sleep(0.25)  # (a dialog without an end: the prompt was refused, nothing runs)
         state = tools.evaluate(probe)
     tools.evaluate("window.__previewRun.stop()")
     while time.monotonic() < started + timeout:
@@ -730,12 +734,12 @@ def run_with_previews(tools: DevTools, server: Server, ui_file: Path, node_type:
     time.sleep(0.5)  # the canvas draws what the end of the run changed
     last = tools.evaluate(probe)
     shows = "a {}x{} image".format(*last["image"]) if last["image"] else "no image"
-    notes.append(f"run {state['end']} {time.monotonic() - started:.0f} s after queueing; then the node shows "
-                 + shows + (f" and text {last['text']!r}" if last["text"] else ""))
+    notes.append(f"run {state['end'] or 'not ended'} {time.monotonic() - started:.0f} s after queueing; "
+                 f"then the node shows {shows}" + (f" and text {last['text']!r}" if last["text"] else ""))
     failures += problems_in_log(tools.take_events(), server.url)[0]
-    time.sleep(1.5)  # the "interrupted" toast goes by itself; close what is left
-    tools.evaluate("[...document.querySelectorAll('.p-toast-message .p-toast-close-button')]"
-                   ".forEach((b) => b.click())")
+    time.sleep(1.5)  # the "interrupted" toast goes by itself; close what is left (an error's dialog)
+    tools.evaluate("[...document.querySelectorAll('.p-dialog .p-dialog-close-button, "
+                   ".p-toast-message .p-toast-close-button')].forEach((b) => b.click())")
     return summary, failures, notes
 
 

@@ -89,10 +89,10 @@ def test_ui_workflows_and_templates_in_the_real_frontend(tmp_path: Path, capsys)
 
 def test_live_previews_in_the_real_frontend(tmp_path: Path, capsys) -> None:
     """The live previews, photographed in the page while the workflows run (``--run-previews``): the
-    reward curve and progress text of TreeRPO Train LoRA (steps) in train_embedded (interrupted at
-    iteration 3, several minutes of training on CPU otherwise), and the branches of TreeRPO Best of
-    Tree, side by side, in best_of_tree. A test of its own: the training makes it the slowest of the
-    suite (about 1 to 3 minutes on two cores)."""
+    reward curve and progress text of TreeRPO Train LoRA (steps) in train_embedded (interrupted from
+    iteration 3 on), and the branches of TreeRPO Best of Tree, side by side, in best_of_tree (100
+    steps). A test of its own, which ``-k 'not live_previews'`` leaves out: about 35 s on two idle
+    cores, but 3 minutes and more on busy ones (the runs share the CPU with whatever else runs)."""
     shots = tmp_path / "screenshots"
     names = ["train_embedded", "best_of_tree"]
     output = run_script([str(REPO / "workflows" / f"{name}.json") for name in names] + ["--run-previews"],

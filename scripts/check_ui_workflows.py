@@ -3,9 +3,11 @@
 The tests check the UI files against our own reading of ComfyUI's formats; this script checks them
 against the frontend itself, the way a user meets them. It starts ComfyUI (``main.py --cpu``) with
 this checkout linked as the node pack (``tests/comfyui_server.py``), opens the page in headless
-Chromium driven over the DevTools protocol (a pipe, so nothing but the standard library is
-needed), and loads each file through ``app.handleFile`` - the code path of dropping the file on
-the canvas or Workflow > Open. In the page it then checks that:
+Chromium driven by Playwright for Python (the ``test`` extra; it drives the system's Chromium, given by
+``executable_path``, so ``playwright install`` and its browser download are not needed; checked with
+Playwright 1.65 and Debian 12's ``chromium-headless-shell`` 156), and loads each file through
+``app.handleFile`` - the code path of dropping the file on the canvas or Workflow > Open. In the page
+it then checks that:
 
 * no node type is missing (no "missing nodes" dialog; every type is in ``LiteGraph.registered_node_types``
   and each node was built from its registered class);
@@ -56,17 +58,13 @@ Chromium it would use (``make test`` asks it before installing one).
 from __future__ import annotations
 
 import argparse
-import base64
-import fcntl
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -77,6 +75,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the test-suite's server helpers
 
 from comfyui_server import PACK_NAME, Server, _free_port, comfyui_dir, stop_server  # noqa: E402
+
+try:  # --find-browser needs no Playwright (`make` asks it before the test extra may be installed)
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+except ImportError:
+    sync_playwright = None
+    PlaywrightError = RuntimeError
 
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome", "chrome",
             "headless_shell")
@@ -277,111 +282,50 @@ class BrowserError(RuntimeError):
     """The browser could not be started or stopped answering."""
 
 
-class DevTools:
-    """Headless Chromium on ``--remote-debugging-pipe``: JSON messages ending in NUL on fds 3/4."""
+class Browser:
+    """Headless Chromium (``executable``) driven by Playwright, one page of ``size``, and what that
+    page logged: console messages (Chromium's log entries, such as failed requests, among them) and
+    uncaught exceptions."""
 
-    def __init__(self, executable: str, profile: Path) -> None:
-        to_browser_r, self._to_browser = os.pipe()
-        self._from_browser, from_browser_w = os.pipe()
-
-        def child_fds() -> None:  # fds 3 and 4 in the child, without clobbering each other
-            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_browser_r, from_browser_w)]
-            os.dup2(high[0], 3)
-            os.dup2(high[1], 4)
-
-        command = [executable, "--headless", "--remote-debugging-pipe", "--no-sandbox", "--disable-gpu",
-                   "--disable-dev-shm-usage", "--no-first-run", "--window-size=1600,1000",
-                   f"--user-data-dir={profile}", "about:blank"]
-        self.process = subprocess.Popen(command, preexec_fn=child_fds, close_fds=False,
-                                        start_new_session=True, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
-        os.close(to_browser_r)
-        os.close(from_browser_w)
-        self._next_id = 0
-        self._replies: dict[int, dict] = {}
-        self._cond = threading.Condition()
-        self._closed = False
+    def __init__(self, executable: str, size: tuple[int, int]) -> None:
+        if sync_playwright is None:
+            raise BrowserError("Playwright is not installed: pip install playwright (the test extra); "
+                               "its browser download (`playwright install`) is not needed")
+        self._playwright = sync_playwright().start()
+        try:
+            self._browser = self._playwright.chromium.launch(executable_path=executable, headless=True,
+                                                             args=["--disable-gpu"], timeout=60_000)
+        except PlaywrightError as err:
+            self._playwright.stop()
+            raise BrowserError(f"{executable}: Playwright cannot start it: "
+                               f"{str(err).strip().splitlines()[0]}") from None
+        self.page = self._browser.new_page(viewport={"width": size[0], "height": size[1]},
+                                           device_scale_factor=1)
         self.events: list[dict] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        self.session = ""
-        try:
-            target = self.call("Target.createTarget", {"url": "about:blank"}, timeout=60)["targetId"]
-            attached = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})
-            self.session = attached["sessionId"]
-            for domain in ("Runtime", "Log", "Page"):
-                self.call(f"{domain}.enable")
-        except BrowserError as err:
-            self.close()
-            raise BrowserError(f"{executable} does not answer as Chromium with --remote-debugging-pipe "
-                               f"({err})") from None
-
-    def _read(self) -> None:
-        buffer = b""
-        while True:
-            chunk = os.read(self._from_browser, 1 << 16)
-            if not chunk:
-                break
-            buffer += chunk
-            *messages, buffer = buffer.split(b"\0")
-            with self._cond:
-                for raw in messages:
-                    message = json.loads(raw)
-                    if "id" in message:
-                        self._replies[message["id"]] = message
-                    else:
-                        self.events.append(message)
-                self._cond.notify_all()
-        os.close(self._from_browser)
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-    def call(self, method: str, params: dict | None = None, timeout: float = 60.0) -> dict:
-        self._next_id += 1
-        message = {"id": self._next_id, "method": method, "params": params or {}}
-        if self.session:
-            message["sessionId"] = self.session
-        try:
-            os.write(self._to_browser, json.dumps(message).encode() + b"\0")
-        except BrokenPipeError:
-            raise BrowserError(f"{method}: the browser exited ({self.process.poll()})") from None
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._next_id in self._replies or self._closed, timeout):
-                raise BrowserError(f"{method}: no answer from the browser in {timeout:.0f} s")
-            if self._next_id not in self._replies:
-                raise BrowserError(f"{method}: the browser exited ({self.process.poll()})")
-            reply = self._replies.pop(self._next_id)
-        if "error" in reply:
-            raise BrowserError(f"{method}: {reply['error'].get('message')}")
-        return reply["result"]
+        self.page.on("console", lambda m: self.events.append(  # log entries come without arguments
+            {"kind": "console" if m.args else "log", "type": m.type, "text": m.text, **m.location}))
+        self.page.on("pageerror", lambda err: self.events.append(
+            {"kind": "exception", "text": err.stack or str(err)}))
 
     def evaluate(self, expression: str, timeout: float = 60.0):
-        """The JSON value of ``expression`` in the page (promises awaited); page errors raise."""
-        result = self.call("Runtime.evaluate", {"expression": expression, "awaitPromise": True,
-                                                "returnByValue": True, "timeout": timeout * 1000},
-                           timeout=timeout + 5)
-        if "exceptionDetails" in result:
-            details = result["exceptionDetails"]
-            raise BrowserError(details.get("exception", {}).get("description") or details.get("text"))
-        return result["result"].get("value")
+        """The JSON value of ``expression`` in the page (a promise awaited for at most ``timeout``
+        seconds); page errors raise."""
+        late = f"new Error('no answer from the page in {timeout:.0f} s')"
+        try:
+            return self.page.evaluate(f"() => Promise.race([({expression}), new Promise((_, no) => "
+                                      f"setTimeout(() => no({late}), {timeout * 1000:.0f}))])")
+        except PlaywrightError as err:
+            raise BrowserError(str(err).removeprefix("Page.evaluate: ")) from None
 
     def take_events(self) -> list[dict]:
-        with self._cond:
-            events, self.events = self.events, []
+        events, self.events = self.events, []
         return events
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            try:
-                self.call("Browser.close", timeout=10)
-            except BrowserError:
-                pass
         try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # its renderer processes too: the group it leads
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        os.close(self._to_browser)
+            self._browser.close()
+        finally:
+            self._playwright.stop()
 
 
 def start_server(root: Path, base: Path, options: Iterable[str] = (), timeout: float = 120.0) -> Server:
@@ -430,28 +374,21 @@ def problems_in_log(events: Iterable[dict], origin: str) -> tuple[list[str], int
     hosts anyway (it asks api.comfy.org about node packs, huggingface.co for file sizes)."""
     found, offline = [], 0
     for event in events:
-        method, params = event.get("method"), event.get("params", {})
-        if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "warning", "assert"):
-            text = " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", []))
+        text, url = event.get("text") or "", event.get("url", "")
+        if event["kind"] == "exception":
+            found.append(f"exception: {text}")
+        elif event["type"] not in ("error", "warning", "assert"):
+            continue
+        elif event["kind"] == "console":
             if "Failed to fetch" in text:  # the JS side of a blocked request to another host
                 offline += 1
                 continue
-            frames = params.get("stackTrace", {}).get("callFrames", [])
-            where = ""
-            if frames:
-                where = f" (at {frames[0]['url'].rsplit('/', 1)[-1]}:{frames[0]['lineNumber'] + 1})"
-            found.append(f"console.{params['type']}: {(text.splitlines() or [''])[0]}{where}")
-        elif method == "Runtime.exceptionThrown":
-            details = params.get("exceptionDetails", {})
-            text = details.get("exception", {}).get("description") or details.get("text")
-            found.append(f"exception: {text}")
-        elif method == "Log.entryAdded" and params.get("entry", {}).get("level") in ("error", "warning"):
-            entry = params["entry"]
-            url = entry.get("url", "")
-            if "Content Security Policy" in entry.get("text", "") or (url and not url.startswith(origin)):
-                offline += 1
-                continue
-            found.append(f"log.{entry['level']}: {entry.get('text')} {url}".rstrip())
+            where = f" (at {url.rsplit('/', 1)[-1]}:{event['lineNumber'] + 1})" if url else ""
+            found.append(f"console.{event['type']}: {(text.splitlines() or [''])[0]}{where}")
+        elif "Content Security Policy" in text or (url and not url.startswith(origin)):
+            offline += 1
+        else:
+            found.append(f"log.{event['type']}: {text} {url}".rstrip())
     return [line.splitlines()[0][:300] for line in found], offline
 
 
@@ -524,7 +461,7 @@ def compare_prompt(api: dict, output: dict) -> list[str]:
     return diffs
 
 
-def wait_for_app(tools: DevTools, timeout: float = 180.0) -> int:
+def wait_for_app(tools: Browser, timeout: float = 180.0) -> int:
     """Wait for the frontend's setup: ``app.positionConversion`` is the last thing ``app.setup`` sets,
     and the registered node types stop changing."""
     probe = ("(() => { const a = window.app, L = window.LiteGraph;"
@@ -541,7 +478,7 @@ def wait_for_app(tools: DevTools, timeout: float = 180.0) -> int:
     raise BrowserError(f"the ComfyUI page did not finish loading in {timeout:.0f} s")
 
 
-def check_file(tools: DevTools, ui_file: Path, origin: str) -> tuple[str, list[str], list[str]]:
+def check_file(tools: Browser, ui_file: Path, origin: str) -> tuple[str, list[str], list[str]]:
     """(summary, failures, notes) of loading ``ui_file`` in the page as a dropped or opened file."""
     text = ui_file.read_text(encoding="utf-8")
     load = (f"() => app.handleFile(new File([{json.dumps(text)}], {json.dumps(ui_file.name)}, "
@@ -549,7 +486,7 @@ def check_file(tools: DevTools, ui_file: Path, origin: str) -> tuple[str, list[s
     return check_loaded(tools, ui_file, origin, load)
 
 
-def check_loaded(tools: DevTools, ui_file: Path, origin: str, load: str) -> tuple[str, list[str], list[str]]:
+def check_loaded(tools: Browser, ui_file: Path, origin: str, load: str) -> tuple[str, list[str], list[str]]:
     """(summary, failures, notes) of opening the workflow of ``ui_file`` with ``load`` (an async
     JavaScript function of no arguments, run in the page)."""
     ui = json.loads(ui_file.read_text(encoding="utf-8"))
@@ -581,7 +518,7 @@ def check_loaded(tools: DevTools, ui_file: Path, origin: str, load: str) -> tupl
     return summary, failures, notes
 
 
-def save_screenshot(tools: DevTools, folder: Path, name: str, fit: bool = True,
+def save_screenshot(tools: Browser, folder: Path, name: str, fit: bool = True,
                     nodes: list[int] | None = None, settle: float = 0.5) -> Path:
     """The page as it shows now, as ``<folder>/<name>.png``; with ``fit``, the whole graph in view
     first (FIT_VIEW), or with ``nodes``, those nodes alone, up to twice life size; ``settle`` seconds
@@ -590,13 +527,12 @@ def save_screenshot(tools: DevTools, folder: Path, name: str, fit: bool = True,
     if (fit or nodes) and not tools.evaluate(f"({FIT_VIEW})({json.dumps(nodes)}, {2.0 if nodes else 1.25})"):
         raise BrowserError(f"{name}: the graph could not be fitted into view (no nodes?)")
     time.sleep(settle)
-    shot = tools.call("Page.captureScreenshot", {"format": "png"})
     path = folder / f"{name}.png"
-    path.write_bytes(base64.b64decode(shot["data"]))
+    tools.page.screenshot(path=path)
     return path
 
 
-def check_template_browser(tools: DevTools, origin: str,
+def check_template_browser(tools: Browser, origin: str,
                            shots: Path | None) -> tuple[str, list[str], list[str]]:
     """(summary, failures, notes) of opening the template browser on this pack's category (the
     dialog stays open): its cards must be the pack's UI workflows, which ``GET /workflow_templates``
@@ -622,9 +558,7 @@ def check_template_browser(tools: DevTools, origin: str,
     # the cards ask for <name>.jpg beside each workflow and show a placeholder where there is none
     thumbnails = f"{origin}/api/workflow_templates/{PACK_NAME}/"
     events = tools.take_events()
-    missing = [e for e in events if e.get("method") == "Log.entryAdded"
-               and e["params"]["entry"].get("url", "").startswith(thumbnails)
-               and "404" in e["params"]["entry"].get("text", "")]
+    missing = [e for e in events if e.get("url", "").startswith(thumbnails) and "404" in e["text"]]
     logged, offline = problems_in_log([e for e in events if e not in missing], origin)
     failures += logged
     if missing:
@@ -635,7 +569,7 @@ def check_template_browser(tools: DevTools, origin: str,
     return f"template browser: {len(names)} templates under {PACK_NAME}", failures, notes
 
 
-def check_template(tools: DevTools, ui_file: Path, origin: str) -> tuple[str, list[str], list[str]]:
+def check_template(tools: Browser, ui_file: Path, origin: str) -> tuple[str, list[str], list[str]]:
     """(summary, failures, notes) of opening ``ui_file`` by clicking its card in the open template
     browser (the frontend fetches it from ``/api/workflow_templates/<pack>/``); checked as a file is."""
     name = ui_file.name[: -len(".json")]
@@ -671,7 +605,7 @@ PREVIEW_RUNS = (
 )
 
 
-def run_with_previews(tools: DevTools, server: Server, ui_file: Path, node_type: str, widgets: dict,
+def run_with_previews(tools: Browser, server: Server, ui_file: Path, node_type: str, widgets: dict,
                       shown, interrupt: bool, shots: Path | None,
                       timeout: float = 600.0) -> tuple[str, list[str], list[str]]:
     """(summary, failures, notes) of running ``ui_file`` from the page as a user does (opened as a file,
@@ -803,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     with tempfile.TemporaryDirectory(prefix="treerpo_ui_check_") as tmp:
         server: Server | None = None
-        tools: DevTools | None = None
+        tools: Browser | None = None
         try:
             server = start_server(comfyui.resolve(), Path(tmp) / "comfyui",
                                   PREVIEW_OPTIONS if args.run_previews else ())
@@ -811,11 +745,8 @@ def main(argv: list[str] | None = None) -> int:
             request = urllib.request.Request(server.url + "/settings", data=json.dumps(settings).encode(),
                                              headers={"Content-Type": "application/json"})
             urllib.request.urlopen(request, timeout=30).close()
-            tools = DevTools(browser, Path(tmp) / "profile")
-            if args.screenshots is not None:
-                tools.call("Emulation.setDeviceMetricsOverride",
-                           {"width": 1400, "height": 900, "deviceScaleFactor": 1, "mobile": False})
-            tools.call("Page.navigate", {"url": server.url + "/"})
+            tools = Browser(browser, (1400, 900) if args.screenshots is not None else (1600, 1000))
+            tools.page.goto(server.url + "/", wait_until="domcontentloaded", timeout=120_000)
             count = wait_for_app(tools)
             boot, _ = problems_in_log(tools.take_events(), server.url)
             print(f"frontend ready: {count} node types, {time.monotonic() - started:.0f} s "
@@ -845,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
                                                              shown, interrupt, args.screenshots)
                 failed |= bool(failures)
                 print(report(summary, failures, notes))
-        except (BrowserError, AssertionError, OSError) as err:
+        except (BrowserError, PlaywrightError, AssertionError, OSError) as err:
             print(f"check_ui_workflows: error: {str(err).strip()}", file=sys.stderr)
             return 2
         finally:

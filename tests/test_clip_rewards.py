@@ -1,17 +1,17 @@
-"""CLIP-family rewards on tiny random models: HPS conversion matches open_clip, clip/pickscore match
-transformers' own CLIPModel + processor, preprocessing matches torchvision/CLIPImageProcessor, and bad
-input gives one-line errors."""
+"""CLIP-family rewards on tiny random models: HPS matches open_clip's own forward (HPSv2's reference),
+clip/pickscore match transformers' own CLIPModel + processor, preprocessing matches
+torchvision/CLIPImageProcessor, and bad input gives one-line errors."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import CLIPImageProcessor, CLIPModel, CLIPTokenizer
 
-from dynamic_treerpo.trainer.rewards.clip_convert import read_openai_bpe_gz, write_tokenizer_files
 from dynamic_treerpo.trainer.rewards.clip_family import (
     BUILDERS,
     CLIP_MEAN,
@@ -19,8 +19,8 @@ from dynamic_treerpo.trainer.rewards.clip_family import (
     build_clip,
     build_hps,
     build_pickscore,
-    bundled_open_clip_bpe,
     clip_preprocess,
+    open_clip_cfg,
 )
 from tests.tiny_models import tiny_hf_clip, write_small_bpe
 
@@ -149,7 +149,7 @@ def test_preprocess_matches_torchvision_and_clip_processor():
     assert torch.allclose(tall, clip_preprocess(smooth, 32).transpose(-1, -2), atol=1e-5)
 
 
-# ---------------------------------------------------------------- HPS v2.1 via open_clip conversion
+# ---------------------------------------------------------------- HPS v2.1 on open_clip
 
 
 @pytest.fixture(scope="module")
@@ -170,18 +170,16 @@ def open_clip_model():
 
 @pytest.fixture(scope="module")
 def hps_dir(open_clip_model, tmp_path_factory) -> Path:
-    """HPS layout: ``{"state_dict": {"module.<key>": tensor}}`` + vocab.json/merges.txt beside it."""
+    """HPS layout: ``{"state_dict": {"module.<key>": tensor}}`` in fp16, alone in its folder."""
     model, _ = open_clip_model
     folder = tmp_path_factory.mktemp("hps")
     sd = {f"module.{k}": v.half() for k, v in model.state_dict().items()}  # the release is fp16
     torch.save({"state_dict": sd}, folder / "HPS_v2.1_compressed.pt")
-    bpe = bundled_open_clip_bpe()
-    assert bpe is not None
-    write_tokenizer_files(*read_openai_bpe_gz(bpe), folder)
     return folder
 
 
 def test_hps_matches_open_clip(open_clip_model, hps_dir):
+    """HPSv2's score: open_clip's forward (normalised features), ``diag(image @ text.T)``, on our pixels."""
     model, oc_tok = open_clip_model
     model = model.half().float()  # the checkpoint was saved in fp16: compare the same weights
     reward = build_hps(str(hps_dir))
@@ -189,48 +187,47 @@ def test_hps_matches_open_clip(open_clip_model, hps_dir):
     out = reward(images, PROMPTS)
     pixels = clip_preprocess(images, 32)
     with torch.no_grad():
-        img = model.encode_image(pixels, normalize=True)
-        txt = model.encode_text(oc_tok(PROMPTS), normalize=True)
+        img, txt, _ = model(pixels, oc_tok(PROMPTS))
     assert (reward.encode_images(images) - img).abs().max() < 1e-5
     assert (reward.encode_texts(PROMPTS) - txt).abs().max() < 1e-5
-    score = (img * txt).sum(-1)
+    score = (img @ txt.T).diagonal()
     assert (out["reward"] - score).abs().max() < 1e-5
     assert torch.equal(out["reward"], out["hps_cosine"])
     assert out["reward"].shape == (3,) and out["reward"].dtype == torch.float32
-    assert reward.model.config.vision_config.num_attention_heads == 2
-    assert reward.model.config.text_config.num_attention_heads == 2
+    assert reward.model.visual.transformer.resblocks[0].attn.num_heads == 2
+    assert reward.model.transformer.resblocks[0].attn.num_heads == 2
 
 
-def _ids_to_eot(ids: torch.Tensor, eot: int) -> list[list[int]]:
-    return [row[: row.tolist().index(eot) + 1].tolist() for row in ids]
+def test_hps_tokenisation_is_open_clips(open_clip_model, hps_dir):
+    """No tokenizer files needed: open_clip's tokenizer and bundled vocabulary, truncation included."""
+    expected = open_clip_model[1](OC_PROMPTS)
+    ids = build_hps(str(hps_dir / "HPS_v2.1_compressed.pt")).tokenize(OC_PROMPTS)["input_ids"]
+    assert torch.equal(ids, expected)
+    assert ids[-1, -1] == 49407  # the long prompt is truncated, end-of-text kept
 
 
-def test_hps_tokenisation_matches_open_clip(open_clip_model, hps_dir, tmp_path):
-    _, oc_tok = open_clip_model
-    expected = _ids_to_eot(oc_tok(OC_PROMPTS), 49407)
-    assert len(expected[-1]) == 77  # the long prompt is truncated, end-of-text kept
-    with_files = build_hps(str(hps_dir / "HPS_v2.1_compressed.pt"))
-    assert _ids_to_eot(with_files.tokenize(OC_PROMPTS)["input_ids"], 49407) == expected
-    # no tokenizer files: open_clip's bundled vocabulary gives the same ids
-    (tmp_path / "HPS_v2.1_compressed.pt").symlink_to(hps_dir / "HPS_v2.1_compressed.pt")
-    bundled = build_hps(str(tmp_path))
-    assert _ids_to_eot(bundled.tokenize(OC_PROMPTS)["input_ids"], 49407) == expected
+def test_hps_shape_config_is_open_clips_vit_h_14():
+    """The architecture read from the release's tensor shapes is open_clip's ``ViT-H-14`` (built on meta)."""
+    open_clip = pytest.importorskip("open_clip")
+    from open_clip.model import CLIPTextCfg, CLIPVisionCfg
+
+    ref = open_clip.get_model_config("ViT-H-14")
+    with torch.device("meta"):
+        sd = open_clip.CLIP(**ref).state_dict()
+    cfg = open_clip_cfg(sd)
+    assert cfg["embed_dim"] == ref["embed_dim"]
+    assert CLIPVisionCfg(**cfg["vision_cfg"]) == CLIPVisionCfg(**ref["vision_cfg"])
+    assert CLIPTextCfg(**cfg["text_cfg"]) == CLIPTextCfg(**ref["text_cfg"])
 
 
-def test_hps_tokenizer_subfolder_and_missing_tokenizer(open_clip_model, hps_dir, tmp_path, monkeypatch):
-    ckpt = tmp_path / "weights.pt"
-    ckpt.symlink_to(hps_dir / "HPS_v2.1_compressed.pt")
-    sub = tmp_path / "tokenizer"
-    sub.mkdir()
-    for name in ("vocab.json", "merges.txt"):
-        (sub / name).symlink_to(hps_dir / name)
-    ids = build_hps(str(tmp_path)).tokenize(OC_PROMPTS)["input_ids"]
-    assert _ids_to_eot(ids, 49407) == _ids_to_eot(open_clip_model[1](OC_PROMPTS), 49407)
-    (sub / "vocab.json").unlink()
-    monkeypatch.setattr("dynamic_treerpo.trainer.rewards.clip_family.bundled_open_clip_bpe", lambda: None)
-    with pytest.raises(FileNotFoundError) as err:
-        build_hps(str(ckpt))
-    _single_line_error(err, "laion/CLIP-ViT-H-14-laion2B-s32B-b79K", str(sub), "vocab.json")
+def test_hps_without_open_clip_fails_in_one_line(hps_dir, monkeypatch):
+    monkeypatch.setitem(sys.modules, "open_clip", None)  # import open_clip raises ImportError
+    with pytest.raises(ImportError) as err:
+        build_hps(str(hps_dir))
+    assert str(err.value) == "reward 'hps-v2.1' needs open_clip: pip install open_clip_torch (or .[hps])"
+    with pytest.raises(ValueError) as err:  # a missing path is still reported first, without open_clip
+        build_hps(None)
+    _single_line_error(err, "--weights PATH")
 
 
 # ---------------------------------------------------------------- one-line errors
@@ -297,7 +294,7 @@ def test_wrong_architecture_errors(open_clip_model, clip_dir, tmp_path):
     torch.save(sd, layer_scale)
     with pytest.raises(ValueError) as err:
         build_hps(str(layer_scale))
-    _single_line_error(err, str(layer_scale), "ls_1.gamma")
+    _single_line_error(err, str(layer_scale), "unexpected tensors", "ls_1.gamma")
     folder = tmp_path / "notclip"  # a CLIP config whose weights are from another model
     folder.mkdir()
     for name in ("config.json", "vocab.json", "merges.txt"):

@@ -9,7 +9,7 @@ pytest's temporary folder (the last three runs are kept): the tests print where,
 look at them.
 
 Needs a Chromium (``make test`` installs Debian's ``chromium-headless-shell`` when it runs as root,
-as CI does); skipped without one.
+as CI does) and Playwright for Python (the ``test`` extra), which drives it; skipped without either.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ def run_script(options: list[str], shots: Path, capsys, timeout: float = 600) ->
     """The script's output with ``options`` and ``--screenshots shots``, which must succeed; skips
     without a Chromium."""
     comfyui = require_comfyui()
+    pytest.importorskip("playwright", reason="Playwright drives the browser: pip install playwright "
+                        "(the test extra; no `playwright install` needed)")
     script = _script()
     try:
         browser = script.find_browser(None)

@@ -1,4 +1,4 @@
-"""CLIP-family rewards: ``clip``, ``pickscore`` and ``hps-v2.1``, all scored by one transformers CLIPModel.
+"""CLIP-family rewards: ``clip`` and ``pickscore`` on a transformers CLIPModel, ``hps-v2.1`` on open_clip.
 
 Weights (``weights`` argument of the builders; ``--weights PATH`` / ``reward_weights: {name: PATH}``):
 
@@ -9,11 +9,10 @@ Weights (``weights`` argument of the builders; ``--weights PATH`` / ``reward_wei
   and processor files come from ``laion/CLIP-ViT-H-14-laion2B-s32B-b79K``: put them in the same folder or
   in a ``processor/`` subfolder.
 - ``hps-v2.1``: ``HPS_v2.1_compressed.pt`` from the ``xswu/HPSv2`` hub repository (an open_clip ViT-H-14
-  state dict), or a folder holding it. Tokenizer: ``vocab.json`` + ``merges.txt`` (or ``tokenizer.json``)
-  of ``laion/CLIP-ViT-H-14-laion2B-s32B-b79K`` next to the ``.pt`` or in a ``tokenizer/`` subfolder;
-  without them, the OpenAI BPE vocabulary bundled with ``open_clip_torch`` is used if that package is
-  installed (it is the vocabulary HPS was trained with, converted to the same ids). The checkpoint is
-  converted to a transformers CLIPModel by ``clip_convert`` (the ``hpsv2`` package cannot run offline).
+  state dict), or a folder holding it. It runs on ``open_clip_torch`` (the ``hps`` extra), as HPSv2's own
+  reference does: open_clip's ``CLIP`` (built from the checkpoint's tensor shapes, which give ViT-H-14 for
+  the release) and its tokenizer, whose bundled BPE vocabulary is the one HPS was trained with, so
+  nothing is downloaded. The ``hpsv2`` package itself is not used: it downloads ViT-H-14 on every load.
 
 Scores (each also logs the raw cosine of the normalised embeddings: ``clip_cosine``, ``pickscore_cosine``,
 ``hps_cosine``):
@@ -31,8 +30,6 @@ antialiased resize of the shortest side, centre crop, CLIP mean/std normalisatio
 
 from __future__ import annotations
 
-import html
-import importlib.util
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,13 +39,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..utils.atomic import load_state_dict_file, one_line
-from .clip_convert import (
-    clip_model_from_state_dict,
-    convert_open_clip_state_dict,
-    load_safetensors_file,
-    open_clip_config,
-    read_openai_bpe_gz,
-)
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI CLIP's normalisation, also used by LAION models
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -61,9 +51,14 @@ WHERE = {
             "model.safetensors, vocab.json, merges.txt, preprocessor_config.json)",
     "pickscore": f"download yuvalkirstain/PickScore_v1 and the tokenizer/processor files of {LAION_H14} "
                  "(into the same folder or a processor/ subfolder)",
-    "hps-v2.1": f"download {HPS_FILE} from the xswu/HPSv2 hub repository and the tokenizer files "
-                f"(vocab.json, merges.txt) of {LAION_H14} next to it",
+    "hps-v2.1": f"download {HPS_FILE} from the xswu/HPSv2 hub repository",
 }
+HPS_NEEDS_OPEN_CLIP = "reward 'hps-v2.1' needs open_clip: pip install open_clip_torch (or .[hps])"
+# open_clip checkpoints do not say their head counts: ViT-H-14's head widths (HPS v2.1), exact GELU
+VISION_HEAD_WIDTH, TEXT_HEAD_WIDTH = 80, 64
+IGNORED_KEYS = ("attn_mask", "visual.attn_mask")  # causal-mask buffers some versions saved; rebuilt anyway
+_OPEN_CLIP_REQUIRED = ("visual.conv1.weight", "visual.positional_embedding", "visual.proj",
+                       "token_embedding.weight", "positional_embedding", "text_projection", "logit_scale")
 
 
 # ---------------------------------------------------------------- preprocessing
@@ -124,8 +119,15 @@ class ClipReward:
         feats = []
         for chunk in images.split(self.batch_size):
             pix = clip_preprocess(chunk.to(self.device), self.image_size, self.mean, self.std).to(dtype)
-            feats.append(self.model.get_image_features(pixel_values=pix).pooler_output)
+            feats.append(self._image_features(pix))
         return F.normalize(torch.cat(feats).float(), dim=-1)
+
+    def _image_features(self, pixels: Tensor) -> Tensor:
+        return self.model.get_image_features(pixel_values=pixels).pooler_output
+
+    def _text_features(self, tokens: dict[str, Tensor]) -> Tensor:
+        return self.model.get_text_features(input_ids=tokens["input_ids"],
+                                            attention_mask=tokens["attention_mask"]).pooler_output
 
     def tokenize(self, prompts: Sequence[str]) -> dict[str, Tensor]:
         """Token ids and attention mask, truncated to the model's context (end-of-text token kept).
@@ -141,8 +143,7 @@ class ClipReward:
     def encode_texts(self, prompts: Sequence[str]) -> Tensor:
         """Unit-norm text embeddings ``[N, D]``."""
         tok = {k: v.to(self.device) for k, v in self.tokenize(prompts).items()}
-        out = self.model.get_text_features(input_ids=tok["input_ids"], attention_mask=tok["attention_mask"])
-        return F.normalize(out.pooler_output.float(), dim=-1)
+        return F.normalize(self._text_features(tok).float(), dim=-1)
 
     @torch.inference_mode()
     def __call__(self, images: Tensor, prompts: Sequence[str]) -> dict[str, Tensor]:
@@ -169,23 +170,76 @@ def _hps_scale(cos: Tensor, _temp: Tensor) -> dict[str, Tensor]:
     return {"reward": cos}
 
 
-def open_clip_text_clean(text: str) -> str:
-    """open_clip's prompt cleaning before BPE (ftfy fixes if installed, HTML unescape, spaces).
+class OpenClipReward(ClipReward):
+    """``ClipReward`` on an open_clip ``CLIP`` and open_clip's tokenizer (HPSv2's reference runtime).
 
-    transformers' CLIP tokenizer only normalises NFC, whitespace and case; HPS was trained through
-    open_clip's cleaning, so its prompts get that cleaning first. Without ``ftfy`` (a dependency of
-    open_clip) mojibake and curly quotes are left as they are.
+    Features are ``encode_image`` / ``encode_text`` of the model, as HPSv2 scores them; the tokenizer
+    does open_clip's prompt cleaning (ftfy, HTML unescape, spaces) and truncates keeping end-of-text.
     """
-    try:
-        import ftfy
-    except ImportError:
-        ftfy = None
-    if ftfy is not None:
-        text = ftfy.fix_text(text)
-    return " ".join(html.unescape(html.unescape(text)).split())
+
+    def __init__(self, name: str, model, tokenizer, scale: Callable[[Tensor, Tensor], dict[str, Tensor]],
+                 batch_size: int = 32):
+        self.name, self.model, self.tokenizer, self.scale = name, model, tokenizer, scale
+        self.mean, self.std, self.clean_text, self.batch_size = CLIP_MEAN, CLIP_STD, None, batch_size
+        self.image_size = int(model.visual.image_size[0])
+        self.max_length = int(model.context_length)
+
+    def tokenize(self, prompts: Sequence[str]) -> dict[str, Tensor]:
+        """Token ids ``[N, context]`` (padded with 0 after the end-of-text token, as open_clip does)."""
+        return {"input_ids": self.tokenizer(list(prompts))}
+
+    def _image_features(self, pixels: Tensor) -> Tensor:
+        return self.model.encode_image(pixels)
+
+    def _text_features(self, tokens: dict[str, Tensor]) -> Tensor:
+        return self.model.encode_text(tokens["input_ids"])
 
 
 # ---------------------------------------------------------------- loading helpers
+
+
+def load_safetensors_file(path: Path) -> dict[str, Tensor]:
+    """All tensors of a ``.safetensors`` file; a corrupt or truncated file is a one-line ValueError."""
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path), device="cpu")
+    except Exception as exc:
+        raise ValueError(f"cannot read weights {path} (corrupt or truncated safetensors): "
+                         f"{one_line(exc)}") from None
+
+
+def clip_model_from_state_dict(config, sd: dict[str, Tensor], dtype: torch.dtype, source: Path):
+    """A ``CLIPModel`` built on the meta device and filled with ``sd`` (no random init, no second copy).
+
+    Missing or unexpected tensors are a one-line ValueError naming ``source``.
+    """
+    from transformers import CLIPModel
+
+    sd = {k: v.to(dtype) if v.is_floating_point() else v
+          for k, v in sd.items() if not k.endswith("position_ids")}  # old checkpoints saved these buffers
+    with torch.device("meta"):
+        model = CLIPModel(config)
+    expected = set(model.state_dict())
+    missing, unexpected = sorted(expected - set(sd)), sorted(set(sd) - expected)
+    if missing or unexpected:
+        what = (f"missing {', '.join(missing[:3])}" if missing else "") + (
+            f"{'; ' if missing else ''}unexpected {', '.join(unexpected[:3])}" if unexpected else "")
+        raise ValueError(f"{source} does not match a CLIP model of its config: {what}")
+    bad = [k for k, v in model.state_dict().items() if tuple(v.shape) != tuple(sd[k].shape)]
+    if bad:
+        raise ValueError(f"{source}: tensor {bad[0]} has shape {tuple(sd[bad[0]].shape)}, "
+                         f"the config expects {tuple(model.state_dict()[bad[0]].shape)}")
+    model.load_state_dict(sd, strict=True, assign=True)
+    for mod in model.modules():  # non-persistent buffers are not in any checkpoint: rebuild them
+        for name, buf in list(mod.named_buffers(recurse=False)):
+            if buf.is_meta and name == "position_ids":
+                ids = torch.arange(buf.shape[-1]).expand(buf.shape).clone()
+                mod.register_buffer(name, ids, persistent=False)
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise ValueError(f"{source}: tensors left uninitialised after loading: {', '.join(left[:3])}")
+    return model.eval().requires_grad_(False)
 
 
 def _need_weights(name: str, weights: str | Path | None) -> Path:
@@ -339,18 +393,6 @@ def build_pickscore(weights: str | Path | None, device: str | torch.device = "cp
     return _finish(ClipReward("pickscore", model, tok, _pickscore_scale, mean, std), device)
 
 
-def bundled_open_clip_bpe() -> Path | None:
-    """open_clip's bundled OpenAI BPE file, found without importing open_clip (a slow import)."""
-    spec = importlib.util.find_spec("open_clip")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for loc in spec.submodule_search_locations:
-        path = Path(loc) / "bpe_simple_vocab_16e6.txt.gz"
-        if path.is_file():
-            return path
-    return None
-
-
 def _hps_checkpoint(path: Path) -> Path:
     if path.is_file():
         return path
@@ -363,37 +405,92 @@ def _hps_checkpoint(path: Path) -> Path:
     raise FileNotFoundError(f"hps-v2.1: {what} and no {HPS_FILE} in {path}; {WHERE['hps-v2.1']}")
 
 
-def _hps_tokenizer_source(ckpt: Path) -> tuple[Path | tuple[dict[str, int], list[tuple[str, str]]], str]:
-    """Tokenizer files beside the checkpoint or in ``tokenizer/``, else open_clip's bundled vocabulary."""
-    folders = [ckpt.parent, ckpt.parent / "tokenizer"]
-    for folder in folders:
-        if _has_tokenizer(folder):
-            return folder, str(folder)
-    bpe = bundled_open_clip_bpe()
-    if bpe is not None:
-        return read_openai_bpe_gz(bpe), f"open_clip's {bpe.name}"
-    raise FileNotFoundError(f"hps-v2.1: no tokenizer files (vocab.json + merges.txt, or tokenizer.json) in "
-                            f"{' or '.join(map(str, folders))}; get them from {LAION_H14} "
-                            "(or pip install open_clip_torch, which bundles the vocabulary)")
+def _import_open_clip():
+    try:
+        import open_clip
+    except ImportError:
+        raise ImportError(HPS_NEEDS_OPEN_CLIP) from None
+    return open_clip
+
+
+def _count_blocks(sd: dict[str, Tensor], prefix: str) -> int:
+    ids = {int(k[len(prefix):].split(".", 1)[0]) for k in sd if k.startswith(prefix)}
+    if not ids or ids != set(range(len(ids))):
+        raise ValueError(f"transformer blocks under {prefix!r} are missing or not numbered 0..n-1")
+    return len(ids)
+
+
+def open_clip_cfg(sd: dict[str, Tensor]) -> dict:
+    """Keyword arguments of open_clip's ``CLIP`` for an open_clip ViT state dict, read from its shapes.
+
+    Head counts follow ViT-H-14's head widths (80 image, 64 text): the HPS v2.1 release gives exactly
+    open_clip's ``ViT-H-14`` config, and tiny test checkpoints built with those head widths load too.
+    """
+    missing = [k for k in _OPEN_CLIP_REQUIRED if k not in sd]
+    if missing:
+        raise ValueError(f"not an open_clip CLIP checkpoint: missing {', '.join(missing[:4])}")
+    conv, pos = sd["visual.conv1.weight"], sd["visual.positional_embedding"].shape[0]
+    v_width, patch = conv.shape[0], conv.shape[-1]
+    grid = round((pos - 1) ** 0.5)
+    if conv.shape[-2] != patch or grid * grid + 1 != pos:
+        raise ValueError("unsupported open_clip image tower: non-square patches or position grid")
+    t_ctx, t_width = sd["positional_embedding"].shape
+    for tower, width, head in (("image", v_width, VISION_HEAD_WIDTH), ("text", t_width, TEXT_HEAD_WIDTH)):
+        if width % head:
+            raise ValueError(f"{tower} tower width {width} is not a multiple of the ViT-H-14 head width "
+                             f"{head}; only ViT-H-14-style open_clip checkpoints are supported")
+    vision = dict(layers=_count_blocks(sd, "visual.transformer.resblocks."), width=v_width,
+                  head_width=VISION_HEAD_WIDTH, patch_size=patch, image_size=patch * grid,
+                  mlp_ratio=sd["visual.transformer.resblocks.0.mlp.c_fc.weight"].shape[0] / v_width)
+    text = dict(context_length=t_ctx, vocab_size=sd["token_embedding.weight"].shape[0], width=t_width,
+                heads=t_width // TEXT_HEAD_WIDTH, layers=_count_blocks(sd, "transformer.resblocks."),
+                mlp_ratio=sd["transformer.resblocks.0.mlp.c_fc.weight"].shape[0] / t_width)
+    return {"embed_dim": sd["text_projection"].shape[1], "vision_cfg": vision, "text_cfg": text}
+
+
+def open_clip_model_from_state_dict(open_clip, sd: dict[str, Tensor], dtype: torch.dtype, source: Path):
+    """open_clip's ``CLIP`` (exact GELU, as HPSv2 builds it) on the meta device, filled strictly with ``sd``.
+
+    A tensor the model lacks (layer scale, attentional pooling, ...) or one it misses is a one-line
+    ValueError naming ``source``, never a silently different architecture.
+    """
+    sd = {k: v for k, v in sd.items() if k not in IGNORED_KEYS}
+    with torch.device("meta"):
+        model = open_clip.CLIP(**open_clip_cfg(sd), quick_gelu=False)
+    expected = model.state_dict()
+    missing, unexpected = sorted(set(expected) - set(sd)), sorted(set(sd) - set(expected))
+    if missing or unexpected:
+        what = (f"missing {', '.join(missing[:3])}" if missing else "") + (
+            f"{'; ' if missing else ''}unexpected tensors {', '.join(unexpected[:3])}" if unexpected else "")
+        raise ValueError(f"{source}: unsupported open_clip checkpoint: {what}")
+    if sd["logit_scale"].numel() == 1:
+        sd["logit_scale"] = sd["logit_scale"].reshape(expected["logit_scale"].shape)
+    bad = [k for k, v in expected.items() if tuple(v.shape) != tuple(sd[k].shape)]
+    if bad:
+        raise ValueError(f"{source}: tensor {bad[0]} has shape {tuple(sd[bad[0]].shape)}, "
+                         f"the model expects {tuple(expected[bad[0]].shape)}")
+    model.load_state_dict({k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()},
+                          strict=True, assign=True)
+    ctx = model.context_length  # the causal mask is a non-persistent buffer: built here, as open_clip does
+    model.attn_mask = torch.full((ctx, ctx), float("-inf")).triu_(1)
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise ValueError(f"{source}: tensors left uninitialised after loading: {', '.join(left[:3])}")
+    return model.eval().requires_grad_(False)
 
 
 def build_hps(weights: str | Path | None, device: str | torch.device = "cpu",
               dtype: torch.dtype = torch.float32) -> ClipReward:
-    """``hps-v2.1`` reward: the open_clip checkpoint converted to a transformers CLIPModel."""
+    """``hps-v2.1`` reward: the open_clip checkpoint on open_clip, scored as HPSv2 does (cosine)."""
     ckpt = _hps_checkpoint(_need_weights("hps-v2.1", weights))
-    tok_source, tok_where = _hps_tokenizer_source(ckpt)  # before the slow part
+    open_clip = _import_open_clip()
     try:
-        sd = load_state_dict_file(ckpt)
-        config = open_clip_config(sd, hidden_act="gelu")
-        converted = convert_open_clip_state_dict(sd, config)
+        model = open_clip_model_from_state_dict(open_clip, load_state_dict_file(ckpt), dtype, ckpt)
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         msg = one_line(exc, 300)
         raise ValueError(msg if str(ckpt) in msg else f"{ckpt}: {msg}") from None
-    del sd
-    tc = config.text_config
-    tok = _load_tokenizer(tok_source, tok_where, _pooled_eos(tc), tc.vocab_size)
-    model = clip_model_from_state_dict(config, converted, dtype, ckpt)
-    return _finish(ClipReward("hps", model, tok, _hps_scale, clean_text=open_clip_text_clean), device)
+    tok = open_clip.tokenizer.SimpleTokenizer(context_length=model.context_length)
+    return _finish(OpenClipReward("hps", model, tok, _hps_scale), device)
 
 
 BUILDERS: dict[str, Callable[..., ClipReward]] = {

@@ -38,7 +38,7 @@ _REWARDS: dict[str, RewardEntry] = {
                              "laion/CLIP-ViT-H-14-laion2B-s32B-b79K in it or in processor/)",
                              "build_pickscore"),
     "hps-v2.1": RewardEntry("clip_family", True,
-                            "HPS_v2.1_compressed.pt from xswu/HPSv2 (with the ViT-H-14 tokenizer files)",
+                            "HPS_v2.1_compressed.pt from xswu/HPSv2 (runs on open_clip_torch: .[hps])",
                             "build_hps"),
     "imagereward": RewardEntry("imagereward", True,
                                "a folder with ImageReward.pt and med_config.json from THUDM/ImageReward "

@@ -60,12 +60,12 @@ def _blocks(transformer: nn.Module) -> list[tuple[str, nn.Module]]:
     return out
 
 
-def block_linear_names(transformer: nn.Module) -> list[str]:
-    """Every Linear layer inside the transformer's blocks, named relative to its block (as
+def block_linear_names(blocks: list[tuple[str, nn.Module]]) -> list[str]:
+    """Every Linear layer inside the blocks (:func:`_blocks`), named relative to its block (as
     ``img_attn.qkv``), in order: ComfyUI's own LoRA training node adapts every weight layer; the blocks'
     Linears are where LoRAs are trained."""
     names: list[str] = []
-    for _, block in _blocks(transformer):
+    for _, block in blocks:
         for name, module in block.named_modules():
             if isinstance(module, nn.Linear) and name and name not in names:
                 names.append(name)
@@ -79,10 +79,11 @@ def lora_targets(transformer: nn.Module, family: str) -> tuple[str, ...]:
     ``adaLN_modulation.0``) is given as full names instead."""
     if family in CURATED:
         return LORA_TARGETS[CURATED[family]]
-    names = block_linear_names(transformer)
+    blocks = _blocks(transformer)
+    names = block_linear_names(blocks)
     if not names:
         raise ValueError(f"{family}: no Linear layer inside the model's blocks to train a LoRA on")
-    inside = {f"{prefix}.{name}" for prefix, block in _blocks(transformer)
+    inside = {f"{prefix}.{name}" for prefix, block in blocks
               for name, m in block.named_modules() if isinstance(m, nn.Linear) and name}
     outside = [full for full, _ in transformer.named_modules() if full and full not in inside]  # any kind
     clash = {n for n in names for full in outside if full == n or full.endswith("." + n)}
@@ -112,8 +113,9 @@ class ComfyModelPolicy(PolicyBase):
     as a bare CLIPTextEncode gives), else the CFG scale (None: the family's :data:`DEFAULT_CFG`)."""
 
     def __init__(self, model: Any, clip: Any, vae: Any, latent_shape: Sequence[int],
-                 guidance: float | None = None, negative_prompt: str = "") -> None:
-        self.info: FlowFamily = flow_family(model)
+                 guidance: float | None = None, negative_prompt: str = "", family: FlowFamily | None = None
+                 ) -> None:
+        self.info: FlowFamily = family or flow_family(model)  # given when the caller has read it already
         self.family = self.info.name
         self.model, self.clip, self.vae = model, clip, vae
         self.latent_shape = tuple(int(n) for n in latent_shape)

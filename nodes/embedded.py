@@ -39,6 +39,12 @@ def embedded_folder(weights: str) -> str:
     return path
 
 
+def embedded_conditioning(embedded: Any, text: str) -> list:
+    """CONDITIONING of ``text`` by the embedded model's own text encoder (tokens and pooled vector)."""
+    cond = embedded.encode([text.strip()])
+    return [[cond["text"], {"pooled_output": cond["pooled"]}]]
+
+
 class TreeRPOEmbeddedLoader(io.ComfyNode):
     """Load the embedded default (the weights shipped with the pack, or a folder of the same form)."""
 
@@ -102,8 +108,7 @@ class TreeRPOEmbeddedTextEncode(io.ComfyNode):
 
     @classmethod
     def execute(cls, embedded: Any, text: str) -> io.NodeOutput:
-        cond = embedded.encode([text.strip()])
-        return io.NodeOutput([[cond["text"], {"pooled_output": cond["pooled"]}]])
+        return io.NodeOutput(embedded_conditioning(embedded, text))
 
 
 class TreeRPOEmbeddedEmptyLatent(io.ComfyNode):

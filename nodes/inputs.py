@@ -106,6 +106,9 @@ def check_embedded_text(text: str, input_name: str) -> None:
                          f"it knows: {' '.join(known_words())} (and commas)")
 
 
+MIX = "mix"  # the reward dropdown's entry for a weighted list typed in reward_mix
+
+
 def reward_spec(reward: str, reward_mix: str) -> str:
     """The reward named by the dropdown, or with ``mix`` the weighted list typed beside it."""
     if reward != MIX:
@@ -115,5 +118,3 @@ def reward_spec(reward: str, reward_mix: str) -> str:
                          "e.g. hps-v2.1:0.7, ocr:0.3")
     return reward_mix.strip()
 
-
-MIX = "mix"

@@ -17,7 +17,7 @@ from ..trainer.core.strategies import MixGRPOConfig, TreeConfig, build_plan
 from ..trainer.core.tree import Tree, rollout
 from ..trainer.rewards.mix import RewardMix
 from ._comfy import flow_family, guided_sample, io, ksampler, model_roots, model_sigmas, models_directory
-from .embedded import EmbeddedType
+from .embedded import EmbeddedType, embedded_conditioning
 from .inputs import check_embedded_text, check_ranges, parse_weights, reward_spec
 from .widgets import check_reward_inputs, reward_inputs
 
@@ -187,8 +187,7 @@ class TreeRPOFlowSDESampler(io.ComfyNode):
 def encode_prompt(text: str, clip: Any, embedded: Any) -> list:
     """CONDITIONING of ``text`` as CLIPTextEncode makes it (``clip``), or TreeRPO Embedded Text Encode."""
     if embedded is not None:
-        cond = embedded.encode([text.strip()])
-        return [[cond["text"], {"pooled_output": cond["pooled"]}]]
+        return embedded_conditioning(embedded, text)
     return clip.encode_from_tokens_scheduled(clip.tokenize(text))
 
 

@@ -30,6 +30,7 @@ from ..trainer.lora.kohya import native_to_diffusers
 from ..trainer.training.loop import check_plan
 from ..trainer.training.session import TrainingState, train_steps
 from ._comfy import (
+    FlowFamily,
     embedded_model_patcher,
     embedded_policy_of,
     flow_family,
@@ -84,11 +85,10 @@ FORMATS = ["comfyui", "diffusers", "kohya"]
 TRAINED_MARK = "treerpo_trained"  # in model_options of a MODEL that carries a run's LoRA
 
 
-def model_defaults(model: Any) -> list[str]:
+def model_defaults(model: Any, family: FlowFamily) -> list[str]:
     """Options a ComfyUI MODEL changes from the embedded model's defaults (the settings widget still
     overrides them): LoRA targets in the model's own module names, and the sigma schedule it samples
     with (its shift, including a ModelSampling node's patch)."""
-    family = flow_family(model)
     targets = lora_targets(model.model.diffusion_model, family.name)
     return [f"lora.targets=[{','.join(targets)}]", "sampling.schedule=shift",
             f"sampling.shift={family.shift:.6g}"]
@@ -186,18 +186,18 @@ class TreeRPOTrainLoRA(io.ComfyNode):
             lora = comfyui_state(run.weights, run.config.lora.alpha, COMFYUI_PREFIX)
             return io.NodeOutput(embedded_model_patcher(run.policy, shift), run.policy, run, lora)
 
-        family = flow_family(model).name
+        family = flow_family(model)
         if clip is None or vae is None:
-            raise ValueError(f"training a {family} MODEL needs its clip and vae inputs connected")
+            raise ValueError(f"training a {family.name} MODEL needs its clip and vae inputs connected")
         if previous is not None and model.model_options.get(TRAINED_MARK):
             raise ValueError("to continue a run, connect the base MODEL: this one already carries the "
                              "run's LoRA")
         config = node_config(iterations, parse_lines(prompts), reward, weights, strategy, seed, settings,
-                             model_defaults(model))
+                             model_defaults(model, family))
         m = config.model
         empty = {"samples": torch.zeros(1, 4, m.height // 8, m.width // 8)}
         shape = latent_shape_of(model, latent if latent is not None else empty)
-        policy = ComfyModelPolicy(model.clone(), clip, vae, shape, m.guidance)
+        policy = ComfyModelPolicy(model.clone(), clip, vae, shape, m.guidance, family=family)
         with policy.training(checkpointing=m.gradient_checkpointing):
             run = train_steps(policy, config, iterations, previous, on_iteration=on_iteration)
         lora = comfyui_state(run.weights, run.config.lora.alpha, COMFYUI_PREFIX)

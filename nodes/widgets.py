@@ -5,6 +5,7 @@ a bad value is refused before anything runs with one message naming its input.""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from ..trainer.config.schema import TrainConfig
 from ..trainer.rewards.mix import parse_reward_spec
@@ -73,7 +74,8 @@ def check_reward_inputs(reward: str, reward_mix: str, reward_weights: str,
 NODE_WIDGETS = {"iterations", "seed", "strategy", "reward", "reward_weights"}  # the node's own widgets
 
 
-def settings_keys() -> list[str]:
+@functools.cache
+def settings_keys() -> tuple[str, ...]:
     """The settings box's keys: each section of the config as ``section.*``, and the plain options."""
     out = []
     for f in dataclasses.fields(TrainConfig):
@@ -82,7 +84,7 @@ def settings_keys() -> list[str]:
         factory = f.default_factory
         sectioned = factory is not dataclasses.MISSING and dataclasses.is_dataclass(factory())
         out.append(f"{f.name}.*" if sectioned else f.name)
-    return out
+    return tuple(out)
 
 
 def settings_input() -> io.String.Input:

@@ -59,10 +59,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -74,7 +72,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the test-suite's server helpers
 
-from comfyui_server import PACK_NAME, Server, _free_port, comfyui_dir, stop_server  # noqa: E402
+from comfyui_server import PACK_NAME, Server, comfyui_dir, start_server, stop_server  # noqa: E402
 
 try:  # --find-browser needs no Playwright (`make` asks it before the test extra may be installed)
     from playwright.sync_api import Error as PlaywrightError
@@ -326,32 +324,6 @@ class Browser:
             self._browser.close()
         finally:
             self._playwright.stop()
-
-
-def start_server(root: Path, base: Path, options: Iterable[str] = (), timeout: float = 120.0) -> Server:
-    """``comfyui_server.start_server`` with more of ComfyUI's command-line ``options`` (the preview
-    method): ComfyUI on a free port with this checkout linked as a custom node pack."""
-    (base / "custom_nodes").mkdir(parents=True, exist_ok=True)
-    (base / "custom_nodes" / PACK_NAME).symlink_to(REPO, target_is_directory=True)
-    port = _free_port()
-    log = base / "server.log"
-    process = subprocess.Popen(
-        [sys.executable, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port),
-         "--disable-api-nodes", "--database-url", "sqlite:///:memory:", "--base-directory", str(base),
-         *options],
-        cwd=root, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    server = Server(port, base, log, process)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise OSError(f"ComfyUI exited with {process.returncode}:\n{server.log_text()[-3000:]}")
-        try:
-            server.get("/object_info/KSampler")
-            return server
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.5)
-    stop_server(server)
-    raise OSError(f"ComfyUI did not answer in {timeout:.0f} s:\n{server.log_text()[-3000:]}")
 
 
 def find_browser(given: str | None) -> str:
@@ -740,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
         tools: Browser | None = None
         try:
             server = start_server(comfyui.resolve(), Path(tmp) / "comfyui",
-                                  PREVIEW_OPTIONS if args.run_previews else ())
+                                  options=PREVIEW_OPTIONS if args.run_previews else ())
             settings = {**SETTINGS, **(SCREENSHOT_SETTINGS if args.screenshots is not None else {})}
             request = urllib.request.Request(server.url + "/settings", data=json.dumps(settings).encode(),
                                              headers={"Content-Type": "application/json"})

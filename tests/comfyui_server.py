@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,8 +91,9 @@ class Server:
         return self.log.read_text(errors="replace")
 
 
-def start_server(root: Path, base: Path, timeout: float = 120.0) -> Server:
-    """Start ComfyUI on a free port with this checkout linked as a custom node pack."""
+def start_server(root: Path, base: Path, timeout: float = 120.0, options: Sequence[str] = ()) -> Server:
+    """Start ComfyUI on a free port with this checkout linked as a custom node pack; ``options``: more of
+    ComfyUI's command-line options (e.g. ``--preview-method auto``)."""
     (base / "custom_nodes").mkdir(parents=True, exist_ok=True)
     (base / "custom_nodes" / PACK_NAME).symlink_to(REPO, target_is_directory=True)
     port = _free_port()
@@ -99,7 +101,8 @@ def start_server(root: Path, base: Path, timeout: float = 120.0) -> Server:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
         [sys.executable, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port),
-         "--disable-api-nodes", "--database-url", "sqlite:///:memory:", "--base-directory", str(base)],
+         "--disable-api-nodes", "--database-url", "sqlite:///:memory:", "--base-directory", str(base),
+         *options],
         cwd=root, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     server = Server(port, base, log, process)
     deadline = time.monotonic() + timeout

@@ -362,6 +362,16 @@ def refusal(server: Server, graph: dict) -> tuple[str, str]:
     return node, message
 
 
+def run_error(server: Server, graph: dict) -> str:
+    """Run a graph that passes validation but whose node fails: its error message; the server keeps
+    serving."""
+    result = server.run(graph)
+    assert result["status"]["status_str"] == "error"
+    message = next(m for kind, m in result["status"]["messages"] if kind == "execution_error")
+    assert server.get("/system_stats")
+    return message["exception_message"].strip()
+
+
 TREE = {"noise_growth": 0.5, "sde_kind": "flow_grpo"}
 
 
@@ -407,12 +417,8 @@ def test_a_training_prompt_the_embedded_model_cannot_read_fails_naming_the_words
     the embedded encoder refuses the prompt when the node runs, in one line listing the words it knows."""
     graph = train_graph(reward="ocr")
     graph["10"]["inputs"]["prompts"] = "two red circles\na red circle beside a tree"
-    result = server.run(graph)
-    assert result["status"]["status_str"] == "error"
-    message = next(m for kind, m in result["status"]["messages"] if kind == "execution_error")
-    text = message["exception_message"].strip()
+    text = run_error(server, graph)
     assert "unknown word 'beside'" in text and "it knows: a and at blue" in text and "\n" not in text, text
-    assert server.get("/system_stats")
 
 
 def test_a_latent_of_the_wrong_size_fails_with_one_line(server: Server) -> None:
@@ -420,9 +426,5 @@ def test_a_latent_of_the_wrong_size_fails_with_one_line(server: Server) -> None:
     message that names both sizes and the node that makes the right one; the server keeps serving."""
     graph = tree_graph("TreeRPOTreeSampler", {"noise_growth": 0.5, "sde_kind": "flow_grpo"})
     graph["3"] = {"class_type": "EmptyLatentImage", "inputs": {"width": 512, "height": 512, "batch_size": 1}}
-    result = server.run(graph)
-    assert result["status"]["status_str"] == "error"
-    message = next(m for kind, m in result["status"]["messages"] if kind == "execution_error")
-    text = message["exception_message"].strip()
+    text = run_error(server, graph)
     assert "takes 48x16x16" in text and "TreeRPO Embedded Empty Latent" in text and "\n" not in text, text
-    assert server.get("/system_stats")

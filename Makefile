@@ -8,15 +8,25 @@ TORCH  ?= torch==2.14.1 torchvision==0.29.1
 RAPIDOCR ?= rapidocr-onnxruntime==1.4.4
 
 COMFYUI ?= .comfyui
+# The floor environment: every requirement at the lowest version requirements.txt admits
+# (scripts/floor_pins.py), the same torch, ComfyUI's own requirements with those pins taking precedence.
+FLOOR_VENV ?= .venv-floor
+FPY        := $(FLOOR_VENV)/bin/python
+# What it runs: the stored images, scores and LoRA (test_same_outputs), the embedded model, the rewards
+# on tiny models, LoRA files, the headless trainer, and the nodes in a real ComfyUI server.
+FLOOR_TESTS ?= tests/test_same_outputs.py tests/test_versions.py tests/test_embedded_base.py \
+               tests/test_clip_rewards.py tests/test_imagereward.py tests/test_scene_reward.py \
+               tests/test_reward_mix.py tests/test_lora_formats.py tests/test_diffusers_models.py \
+               tests/test_ocr_reward.py tests/test_train.py tests/test_comfyui.py
 
-.PHONY: venv comfyui browser test lint demo workflows check-ui
+.PHONY: venv comfyui browser test test-floor lint demo workflows thumbnails check-ui
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -r requirements.txt -e ".[test,ocr]"
+	$(PY) -m pip install --quiet -r requirements.txt -e ".[test,ocr,tensorboard]"
 	$(PY) -m pip install --quiet --no-deps $(RAPIDOCR)
 	touch $@
 
@@ -45,6 +55,24 @@ browser: venv
 test: venv comfyui browser
 	$(PY) -m ruff check .
 	$(PY) -m pytest
+	$(MAKE) test-floor
+
+$(FLOOR_VENV)/.installed: pyproject.toml requirements.txt scripts/floor_pins.py | $(COMFYUI)/main.py $(VENV)/.installed
+	$(PYTHON) -m venv $(FLOOR_VENV)
+	$(FPY) -m pip install --quiet --upgrade pip
+	$(FPY) -m pip install --quiet $(TORCH)
+	$(PY) scripts/floor_pins.py --extras tensorboard ocr > $(FLOOR_VENV)/pins.txt
+	$(FPY) -m pip install --quiet -r $(FLOOR_VENV)/pins.txt -c $(FLOOR_VENV)/pins.txt \
+	    pytest hypothesis open_clip_torch
+	$(FPY) -m pip install --quiet --no-deps $(RAPIDOCR)
+	$(FPY) -m pip install --quiet --no-deps -e .
+	$(FPY) scripts/install_comfyui.py --dest $(COMFYUI) --deps-only --pins $(FLOOR_VENV)/pins.txt
+	touch $@
+
+# The fast tests again at the floor of every supported range (part of `make test`, so CI runs both ends)
+test-floor: $(FLOOR_VENV)/.installed
+	$(FPY) -m pip list --format=freeze | grep -iE '^(transformers|tokenizers|diffusers|peft|huggingface.hub)=='
+	$(FPY) -m pytest -p no:cacheprovider $(FLOOR_TESTS)
 
 demo: venv
 	$(PY) -m dynamic_treerpo.trainer train configs/default.yaml --out runs/demo --resume
@@ -55,6 +83,11 @@ lint: venv
 # Regenerate the UI-format workflows from their API-format sources (after a node's inputs change)
 workflows: venv comfyui
 	$(PY) scripts/api_to_ui.py workflows/api/*.api.json
+	$(PY) scripts/node_labels.py
+
+# The template browser's thumbnails (runs the CPU templates; about 8 minutes on 2 cores)
+thumbnails: venv comfyui
+	$(PY) scripts/make_thumbnails.py
 
 # Open every UI workflow in ComfyUI's real web frontend (headless Chromium; on Debian:
 # apt-get install chromium-headless-shell) and compare it with its API file, then the pack's templates in

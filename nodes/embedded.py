@@ -52,10 +52,13 @@ class TreeRPOEmbeddedLoader(io.ComfyNode):
     def define_schema(cls) -> io.Schema:
         return _schema(
             "TreeRPOEmbeddedLoader", "TreeRPO Embedded Model Loader",
-            [io.String.Input("weights", default="",
-                             tooltip="empty: the model shipped with the pack; or a folder of the same kind "
-                                     "(written by its save_pretrained) under ComfyUI's models folder"),
-             io.Float.Input("shift", default=3.0, min=1.0, max=10.0, step=0.1,
+            [io.String.Input("weights", display_name="weights folder (empty: built-in model)", default="",
+                             placeholder="empty: the built-in model shipped with the pack",
+                             tooltip="leave empty for the built-in model shipped with the pack; or name "
+                                     "a folder of the same kind (written by its save_pretrained) under "
+                                     "ComfyUI's models folder"),
+             io.Float.Input("shift", display_name="noise schedule shift", default=3.0, min=1.0, max=10.0,
+                            step=0.1,
                             tooltip="how the steps are spread over the noise levels (sigma shift); keep the "
                                     "3.0 it was trained with")],
             [io.Model.Output(), EmbeddedType.Output(display_name="embedded",
@@ -89,8 +92,10 @@ class TreeRPOEmbeddedTextEncode(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
         return _schema("TreeRPOEmbeddedTextEncode", "TreeRPO Embedded Text Encode",
-                       [EmbeddedType.Input("embedded"),
-                        io.String.Input("text", multiline=True, default="two red circles",
+                       [EmbeddedType.Input("embedded", display_name="embedded model",
+                                           tooltip="the embedded output of TreeRPO Embedded Model Loader"),
+                        io.String.Input("text", display_name="prompt", multiline=True,
+                                        default="two red circles",
                                         tooltip="a scene in the model's words, e.g. 'a red circle on "
                                                 "the left and a blue square on the right'")],
                        [io.Conditioning.Output()],
@@ -117,8 +122,10 @@ class TreeRPOEmbeddedEmptyLatent(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
         return _schema("TreeRPOEmbeddedEmptyLatent", "TreeRPO Embedded Empty Latent",
-                       [EmbeddedType.Input("embedded"),
-                        io.Int.Input("batch_size", default=1, min=1, max=4096, tooltip="how many images")],
+                       [EmbeddedType.Input("embedded", display_name="embedded model",
+                                           tooltip="the embedded output of TreeRPO Embedded Model Loader"),
+                        io.Int.Input("batch_size", display_name="images", default=1, min=1, max=4096,
+                                     tooltip="how many images (batch size)")],
                        [io.Latent.Output()],
                        description="An empty starting image of the built-in model's size (64x64 pixels, "
                                    "stored as 48 x 16 x 16) for ComfyUI's samplers.")
@@ -134,7 +141,9 @@ class TreeRPOEmbeddedDecode(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
         return _schema("TreeRPOEmbeddedDecode", "TreeRPO Embedded Decode",
-                       [EmbeddedType.Input("embedded"), io.Latent.Input("samples")],
+                       [EmbeddedType.Input("embedded", display_name="embedded model",
+                                           tooltip="the embedded output of TreeRPO Embedded Model Loader"),
+                        io.Latent.Input("samples", display_name="latent", tooltip="the sampler's output")],
                        [io.Image.Output()],
                        description="Turns the built-in model's samples into images (it works on pixels "
                                    "directly: no VAE).")

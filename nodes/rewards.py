@@ -35,8 +35,9 @@ class TreeRPORewardScore(io.ComfyNode):
             description="Scores images against their prompts with the same rewards training uses, and "
                         "shows a table (one row per image; with reward = mix, a column per reward and their "
                         "weighted sum).",
-            inputs=[io.Image.Input("images"),
-                    io.String.Input("prompts", multiline=True, default="two red circles",
+            inputs=[io.Image.Input("images", display_name="images", tooltip="the images to score"),
+                    io.String.Input("prompts", display_name="prompts", multiline=True,
+                                    default="two red circles",
                                     tooltip="what each image should show: one line per image, or one line "
                                             "for all"),
                     *reward_inputs()],

@@ -17,6 +17,7 @@ import torch
 
 from ..trainer.config.files import load_config
 from ..trainer.config.schema import TrainConfig
+from ..trainer.core.flow import make_sigmas
 from ..trainer.core.strategies import STRATEGIES
 from ..trainer.lora.files import (
     save_comfyui_lora,
@@ -27,7 +28,7 @@ from ..trainer.lora.files import (
 )
 from ..trainer.lora.keys import COMFYUI_PREFIX, comfyui_state
 from ..trainer.lora.kohya import native_to_diffusers
-from ..trainer.training.loop import check_plan
+from ..trainer.training.loop import check_plan, iteration_plan
 from ..trainer.training.session import TrainingState, train_steps
 from ._comfy import (
     FlowFamily,
@@ -43,6 +44,7 @@ from ._comfy import (
     output_directory,
     temp_directory,
 )
+from .budget import STRATEGY_IMAGE_KEYS, check_training_images
 from .comfy_policy import CURATED, ComfyModelPolicy, lora_targets
 from .embedded import EmbeddedType
 from .inputs import about, parse_lines, parse_weights, reward_spec
@@ -110,6 +112,16 @@ def node_config(iterations: int, prompts: list[str], reward: str, reward_weights
     return replace(config, reward=reward, reward_weights=reward_weights, data=data)
 
 
+def check_training_budget(config: TrainConfig) -> None:
+    """The images one iteration draws per prompt (its rollout plan's leaves) within the leaf budget."""
+    s = config.sampling
+    sigmas = make_sigmas(s.schedule, config.strategy_config.steps, s.shift, image_tokens=64)
+    images = iteration_plan(config, sigmas, 0).leaves_per_prompt
+    keys = STRATEGY_IMAGE_KEYS.get(config.strategy, ())
+    values = {key: getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) for key in keys}
+    check_training_images(config.strategy, images, values)
+
+
 class TreeRPOTrainLoRA(io.ComfyNode):
     """K training iterations (tree rollout, reward, advantages, loss, optimizer) of a LoRA."""
 
@@ -121,27 +133,34 @@ class TreeRPOTrainLoRA(io.ComfyNode):
                         "add-on (a LoRA) for some rounds (iterations). Each round it draws a tree of "
                         "variations per prompt, scores them, and nudges the model toward the better ones "
                         "(Dynamic-TreeRPO, or a baseline recipe). The node shows the reward as it trains and "
-                        "a small reward curve as its preview. Chain nodes through 'previous' to continue.",
+                        "a small reward curve as its preview. Chain nodes through 'continue run' to go on.",
             inputs=[
-                io.Model.Input("model", tooltip="the embedded model (TreeRPO Embedded Model Loader), or a "
-                                                "flow model (FLUX, SD3, Qwen-Image...) from ComfyUI's "
-                                                "loaders with its clip and vae"),
-                io.Int.Input("iterations", default=4, min=1, max=100000,
+                io.Model.Input("model", display_name="model",
+                               tooltip="the embedded model (TreeRPO Embedded Model Loader), or a flow model "
+                                       "(FLUX, SD3, Qwen-Image...) from ComfyUI's loaders with its clip and "
+                                       "vae"),
+                io.Int.Input("iterations", display_name="training rounds", default=4, min=1, max=100000,
                              tooltip="how many training rounds this node runs (iterations)"),
-                io.String.Input("prompts", multiline=True, default="",
+                io.String.Input("prompts", display_name="training prompts", multiline=True, default="",
+                                placeholder="training prompts, one per line (empty: the embedded model's "
+                                            "generated scenes)",
                                 tooltip="what to practise on, one prompt per line; empty: the embedded "
                                         "model's generated scenes"),
                 *reward_inputs(),
-                io.Combo.Input("strategy", options=list(STRATEGIES), default="dynamic_treerpo",
+                io.Combo.Input("strategy", display_name="recipe (strategy)", options=list(STRATEGIES),
+                               default="dynamic_treerpo",
                                tooltip="the training recipe: dynamic_treerpo (this pack's, the paper's), "
                                        "or a published baseline to compare with"),
-                io.Int.Input("seed", default=0, min=0, max=2**31 - 1,
+                io.Int.Input("seed", display_name="seed", default=0, min=0, max=2**31 - 1,
                              tooltip="the same seed and inputs train the same LoRA"),
                 settings_input(),
-                RunType.Input("previous", optional=True, tooltip="continue this run"),
-                io.Clip.Input("clip", optional=True, tooltip="a loader's MODEL: encodes the prompts"),
-                io.Vae.Input("vae", optional=True, tooltip="a loader's MODEL: decodes images for the reward"),
-                io.Latent.Input("latent", optional=True,
+                RunType.Input("previous", display_name="continue run", optional=True,
+                              tooltip="continue this run (the run output of another Train LoRA node)"),
+                io.Clip.Input("clip", display_name="text encoder (clip)", optional=True,
+                              tooltip="a loader's MODEL: encodes the prompts"),
+                io.Vae.Input("vae", display_name="image decoder (vae)", optional=True,
+                             tooltip="a loader's MODEL: decodes images for the reward"),
+                io.Latent.Input("latent", display_name="training size (empty latent)", optional=True,
                                 tooltip="a loader's MODEL: an empty latent of the training size (default: "
                                         "model.height x model.width of the settings)"),
             ],
@@ -158,7 +177,9 @@ class TreeRPOTrainLoRA(io.ComfyNode):
         # raised so that ComfyUI reports it once, naming its input
         weights = check_reward_inputs(reward, reward_mix, reward_weights, (prompts, "prompts"))
         with about("settings"):
-            check_plan(node_config(1, [], reward_spec(reward, reward_mix), weights, strategy, 0, settings))
+            config = node_config(1, [], reward_spec(reward, reward_mix), weights, strategy, 0, settings)
+            check_plan(config)
+            check_training_budget(config)
         return True
 
     @classmethod
@@ -228,10 +249,12 @@ class TreeRPOSaveLoRA(io.ComfyNode):
                         "in models/loras to use it with Load LoRA. Formats: comfyui (for ComfyUI's LoRA "
                         "loaders), kohya (also read by sd-scripts and most tools), diffusers (for Python "
                         "scripts using diffusers; FLUX and SD3 only).",
-            inputs=[RunType.Input("run", tooltip="the run of a TreeRPO Train LoRA node"),
-                    io.String.Input("filename_prefix", default="loras/treerpo_lora",
+            inputs=[RunType.Input("run", display_name="training run",
+                                  tooltip="the run of a TreeRPO Train LoRA node"),
+                    io.String.Input("filename_prefix", display_name="file name", default="loras/treerpo_lora",
                                     tooltip="file name in ComfyUI's output folder (without .safetensors)"),
-                    io.Combo.Input("format", options=FORMATS, default="comfyui",
+                    io.Combo.Input("format", display_name="for (key format)", options=FORMATS,
+                                   default="comfyui",
                                    tooltip="which tools the file is for (key format): comfyui, kohya, "
                                            "diffusers")],
             outputs=[io.String.Output(display_name="path")], is_output_node=True)
@@ -284,7 +307,8 @@ class TreeRPOPlotHistory(io.ComfyNode):
     def define_schema(cls) -> io.Schema:
         return io.Schema(node_id="TreeRPOPlotHistory", display_name="TreeRPO Plot History",
                          category=CATEGORY,
-                         inputs=[RunType.Input("run", tooltip="the run of a TreeRPO Train LoRA node")],
+                         inputs=[RunType.Input("run", display_name="training run",
+                                               tooltip="the run of a TreeRPO Train LoRA node")],
                          outputs=[io.Image.Output()],
                          description="Draws how training went: the reward (mean and best) and the loss per "
                                      "round, as an image to preview or save.")

@@ -27,13 +27,16 @@ def reward_inputs() -> list:
     """``reward`` (a dropdown), ``reward_mix`` (with reward = mix) and ``reward_weights`` (file paths)."""
     names = reward_names()
     described = "; ".join(f"{n}: {REWARD_HELP.get(n, 'a registered reward')}" for n in names)
-    return [io.Combo.Input("reward", options=[*names, MIX], default="scene",
+    return [io.Combo.Input("reward", display_name="scored by (reward)", options=[*names, MIX],
+                           default="scene",
                            tooltip=f"what scores the images. {described}; mix: several at once, listed in "
-                                   "reward_mix"),
-            io.String.Input("reward_mix", default="",
+                                   "'reward mix'"),
+            io.String.Input("reward_mix", display_name="reward mix (with mix)", default="",
                             tooltip="only with reward = mix: rewards and their weights, "
                                     "e.g. hps-v2.1:0.7, ocr:0.3"),
-            io.String.Input("reward_weights", multiline=True, default="",
+            io.String.Input("reward_weights", display_name="reward weight files", multiline=True, default="",
+                            placeholder="reward weight files, one name=path per line (only for model "
+                                        "rewards), e.g. hps-v2.1=rewards/HPS_v2.1_compressed.pt",
                             tooltip="where the weights of model rewards are, one name=path per line, "
                                     "e.g. hps-v2.1=rewards/HPS_v2.1_compressed.pt (under ComfyUI's models "
                                     "folder)")]
@@ -90,7 +93,7 @@ def settings_keys() -> tuple[str, ...]:
 def settings_input() -> io.String.Input:
     """The box for every other training option, with its keys listed where an artist looks."""
     return io.String.Input(
-        "settings", multiline=True, default="",
+        "settings", display_name="more settings", multiline=True, default="",
         placeholder="more options, one key=value per line, e.g.\ntree.depth=3\noptim.lr=0.0003\n"
                     "keys: " + ", ".join(settings_keys()),
         tooltip="more training options, one key=value per line; the keys (as in configs/default.yaml): "

@@ -1,4 +1,4 @@
-"""Write the web UI (LiteGraph) form of API-format workflows: ``<name>.api.json`` -> ``<name>.json``.
+"""Write the web UI (LiteGraph) form of API-format workflows: ``api/<id>.api.json`` -> ``<title>.json``.
 
 The UI format lists each node's widget values in the node's own widget order (plus a "control
 after generate" value after seed widgets), so the conversion needs ComfyUI's node definitions:
@@ -7,7 +7,17 @@ ComfyUI loaded in this process with this pack (``--comfyui PATH``, else ``$TREER
 ``.comfyui``). Nodes are laid out left to right by their depth in the graph. The conversion itself
 is ``trainer.workflow_format.api_to_ui``; ``treerpo run-workflow`` converts back with ``ui_to_api``.
 
-    python scripts/api_to_ui.py workflows/api/*.api.json            # writes workflows/<name>.json
+The UI files are the pack's templates in ComfyUI's template browser, which shows a pack template's file
+name as its title and again, with ``-`` and ``_`` as spaces, as its description (ComfyUI 0.3.75 lists a
+pack's ``workflows/*.json`` by name only; frontend 1.32.9 reads nothing else of them but
+``<name>.jpg``, the thumbnail). So each UI file is named in plain words (``TITLES``: which model, what it
+does, and whether it runs on a CPU or which weights it needs), while its API file keeps a short id.
+
+The UI files save no view (``extra.ds``): the frontend fits a workflow without one into the window when
+it opens (its fit view, what the "." key does), whatever the window's size, where a saved offset and
+zoom left nodes off-screen or under the menus.
+
+    python scripts/api_to_ui.py workflows/api/*.api.json            # writes workflows/<title>.json
     python scripts/api_to_ui.py workflows/api/*.api.json --check    # exit 1 if a UI file is stale
 """
 
@@ -25,6 +35,16 @@ from dynamic_treerpo.trainer.comfyui_host.runner import boot, comfyui_root
 from dynamic_treerpo.trainer.comfyui_host.workflow_format import Definitions, api_to_ui, read_workflow
 
 SUFFIX = ".api.json"
+# API id -> the UI file's name: the template browser's title and description. No "-" or "_" (shown as
+# spaces in the description) and nothing a file system or a URL refuses (":", "/", "?", "#").
+TITLES = {
+    "train_embedded": "Embedded shapes model, train a LoRA (runs on a CPU)",
+    "sample_and_score": "Embedded shapes model, draw and score images (runs on a CPU)",
+    "best_of_tree": "Embedded shapes model, best of 8 variations (runs on a CPU)",
+    "flux_dev_template": "FLUX.1 dev, best of 8 variations (needs FLUX.1 dev weights and a GPU)",
+    "flux_dev_train": "FLUX.1 dev, train a LoRA (needs FLUX.1 dev weights and a GPU)",
+    "qwen_image_train": "Qwen Image, train a LoRA (needs Qwen Image weights and a big GPU)",
+}
 
 
 def server_definitions(url: str) -> Definitions:
@@ -41,18 +61,39 @@ def local_definitions(comfyui: Path | None) -> Definitions:
             host.loop.close()
 
 
-def ui_path(api_file: Path) -> Path:
+def api_id(api_file: Path) -> str:
     if not api_file.name.endswith(SUFFIX):
         raise ValueError(f"{api_file}: expected a file named <name>{SUFFIX}")
+    return api_file.name[: -len(SUFFIX)]
+
+
+def ui_path(api_file: Path) -> Path:
+    """``workflows/api/<id>.api.json`` -> ``workflows/<title>.json`` (``<id>.json`` for ids not in TITLES)."""
     folder = api_file.parent.parent if api_file.parent.name == "api" else api_file.parent
-    return folder / (api_file.name[: -len(SUFFIX)] + ".json")  # workflows/api/x.api.json -> workflows/x.json
+    name = api_id(api_file)
+    return folder / f"{TITLES.get(name, name)}.json"
+
+
+def api_path(ui_file: Path) -> Path:
+    """The API file of a UI workflow: ``workflows/<title>.json`` -> ``workflows/api/<id>.api.json``."""
+    stem = ui_file.name[: -len(".json")]
+    name = next((key for key, title in TITLES.items() if title == stem), stem)
+    return ui_file.parent / "api" / f"{name}{SUFFIX}"
+
+
+def ui_workflow(prompt: dict, definitions: Definitions, name: str) -> dict:
+    """The UI form of ``prompt`` as the pack ships it: no saved view, so that the frontend fits the graph
+    into the window on opening; its id is derived from ``name`` (the API id), so output is stable."""
+    workflow_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"dynamic-treerpo/workflows/{name}"))
+    workflow = api_to_ui(prompt, definitions, workflow_id)
+    workflow["extra"].pop("ds", None)
+    return workflow
 
 
 def convert(api_file: Path, definitions: Definitions) -> str:
-    """The UI JSON text for ``api_file``; its id is derived from the name, so output is stable."""
-    name = ui_path(api_file).stem
-    workflow_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"dynamic-treerpo/workflows/{name}"))
-    return json.dumps(api_to_ui(read_workflow(api_file), definitions, workflow_id), indent=1) + "\n"
+    """The UI JSON text for ``api_file``."""
+    workflow = ui_workflow(read_workflow(api_file), definitions, api_id(api_file))
+    return json.dumps(workflow, indent=1) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +119,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for target in stale:
         print(f"stale: {target} (run scripts/api_to_ui.py on its .api.json)", file=sys.stderr)
-    return 1 if stale else 0
+    orphans = orphan_ui_files(args.files)
+    for orphan in orphans:  # e.g. left behind when a template was renamed
+        print(f"{'stale' if args.check else 'note'}: {orphan} has no API file among those given "
+              "(delete it if its workflow was renamed)", file=sys.stderr)
+    return 1 if stale or (args.check and orphans) else 0
+
+
+def orphan_ui_files(api_files: list[Path]) -> list[Path]:
+    """UI files in the folders written to that none of ``api_files`` writes."""
+    written = {ui_path(f).resolve() for f in api_files}
+    folders = {target.parent for target in written}
+    return sorted(p for folder in folders for p in folder.glob("*.json") if p.resolve() not in written)
 
 
 if __name__ == "__main__":

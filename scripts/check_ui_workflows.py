@@ -13,8 +13,11 @@ it then checks that:
   and each node was built from its registered class);
 * the nodes, their widget values, their links and the link count are those of the file;
 * the frontend logged no error or warning and showed no error dialog or toast while loading;
-* ``app.graphToPrompt()`` (what Queue Prompt sends) gives the graph of ``<name>.api.json``: same
-  node ids, class types, inputs and titles.
+* ``app.graphToPrompt()`` (what Queue Prompt sends) gives the graph of its API file
+  (``workflows/api/<id>.api.json``, ``scripts/api_to_ui.py`` names the pair): same node ids, class types,
+  inputs and titles;
+* the pack's nodes show plain-words labels: no widget or socket labelled with a raw input id (one
+  with an underscore).
 
 Missing model files (the FLUX template's loaders) are reported, not failed: the dialog offering
 their downloads is the expected behaviour on a machine without them. So are requests the page
@@ -23,9 +26,13 @@ blocks; what the page logs while starting, before any file is loaded, is not cou
 
 With ``--templates`` it then opens the template browser (Workflow > Browse Templates) on this
 pack's category, where ComfyUI lists the pack's ``workflows/*.json`` (``GET /workflow_templates``):
-its cards must be exactly those files. It opens the first workflow by clicking its card (the
-frontend fetches it from ``/api/workflow_templates/<pack>/``) and checks it as a file is checked.
-Cards without a thumbnail (``workflows/<name>.jpg``) are reported, not failed.
+its cards must be exactly those files, each showing its thumbnail (``workflows/<name>.jpg``, served
+as a JPEG and loaded on the card, not the placeholder the frontend shows for a missing one: a 404
+fails) and its file name, in plain words, as title and description. It then opens each workflow by
+clicking its card (the frontend fetches it from ``/api/workflow_templates/<pack>/``), checks it as a
+file is checked, and checks that every node, title bar included, is whole in the window where the
+frontend placed it and not under a menu, toolbar or dialog (``IN_VIEW``: points along each node's
+edges must be on the canvas).
 
 With ``--run-previews`` ComfyUI runs with ``--preview-method auto`` and the page runs two workflows as
 a user does (opened as a file, queued with the Run button's command, Comfy.QueuePrompt), watching what
@@ -35,18 +42,22 @@ progress text "iteration k/K: reward ..." (the frontend's text widget on the nod
 iteration 3 on, then interrupted (the Interrupt command; the whole training takes half a minute on
 two idle cores, minutes on busy ones); and
 ``best_of_tree``, with 100 steps instead of 10, until TreeRPO Best of Tree shows its branches tiled
-side by side (the latent previewer's image) at half its steps, then left to finish. Each
-node is photographed mid-run, zoomed on it (``run_<name>.png``); the run must end as expected
-(interrupted, or success), the server's queue empty, with nothing logged by the page.
+side by side (the latent previewer's image) at half its steps, then left to finish; after it,
+the node must show what the pack's web extension (``web/best_of_tree.js``) draws: every leaf's preview
+loaded, the scores and the best leaf the server sent, the grid inside the node. Each node is
+photographed mid-run, zoomed on it (``run_<id>.png``), and Best of Tree after its run
+(``scores_best_of_tree.png``, and its grid close up, ``scores_best_of_tree_grid.png``); the run must end
+as expected (interrupted, or success), the server's queue empty, with nothing logged by the page.
 
     .venv/bin/python scripts/check_ui_workflows.py                     # every workflows/*.json
-    .venv/bin/python scripts/check_ui_workflows.py workflows/best_of_tree.json --browser /usr/bin/chromium
+    .venv/bin/python scripts/check_ui_workflows.py workflows/Embedded*best*.json --browser /usr/bin/chromium
     .venv/bin/python scripts/check_ui_workflows.py --templates --screenshots shots/
     .venv/bin/python scripts/check_ui_workflows.py --run-previews --screenshots shots/
 
 ``--screenshots DIR`` saves a 1400x900 PNG of the page with each workflow fitted into view
-(``<name>.png``), of the template browser (``template_browser.png``) and of the workflow opened
-from it (``template_<name>.png``), and of the live previews (``run_<name>.png``); tests/test_ui_frontend.py
+(``<id>.png``: the API id), of the template browser (``template_browser.png``) and of each workflow
+opened from it as the frontend shows it (``template_<id>.png``), and of the live previews
+(``run_<id>.png``); tests/test_ui_frontend.py
 runs ``--templates --screenshots DIR`` and (a test of its own, the slowest) ``--run-previews
 --screenshots DIR`` on the two workflows it runs, under ``make test``.
 
@@ -58,6 +69,7 @@ Chromium it would use (``make test`` asks it before installing one).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import shutil
@@ -65,14 +77,20 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
+
+from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the test-suite's server helpers
 
 from comfyui_server import PACK_NAME, Server, comfyui_dir, start_server, stop_server  # noqa: E402
+
+sys.path.insert(0, str(REPO / "scripts"))  # api_to_ui: the UI files' names and their API files
+from api_to_ui import api_path, ui_path  # noqa: E402
 
 try:  # --find-browser needs no Playwright (`make` asks it before the test extra may be installed)
     from playwright.sync_api import Error as PlaywrightError
@@ -117,6 +135,10 @@ async (load) => {
     ownClass: LiteGraph.registered_node_types[node.type] === node.constructor,
     hasErrors: Boolean(node.has_errors), title: node.title,
     widgets: (node.widgets || []).map((w) => ({name: w.name, value: w.value})),
+    // what the node shows as each widget's and socket's label (the frontend's own fallbacks)
+    labels: [...(node.widgets || []).filter((w) => w.serialize !== false).map((w) => w.label ?? w.name),
+             ...(node.inputs || []).filter((i) => !i.widget)
+               .map((i) => i.label || i.localized_name || i.name)],
   }));
   const shown = (selector) => [...document.querySelectorAll(selector)]
     .filter((el) => el.offsetParent !== null);
@@ -192,8 +214,61 @@ async (pack) => {
     names = now;
     return stable >= 3;
   }, 'cards');
-  await until(() => [...dialog.querySelectorAll('img')].every((img) => img.complete), 'thumbnails', 10000);
-  return {names};
+  // each card scrolled into view (its thumbnail loads when seen) until its image has loaded or failed
+  const cardsShown = [];
+  for (const name of names) {
+    const card = dialog.querySelector(`[data-testid="template-workflow-${name}"]`);
+    card.scrollIntoView({block: 'center'});
+    const image = () => [...card.querySelectorAll('img')].find((img) => img.complete && img.naturalWidth);
+    try {
+      await until(image, `thumbnail of ${name}`, 10000);
+    } catch (err) { /* reported below: no image */ }
+    await sleep(200);  // a failed fetch swaps in the placeholder
+    const words = (el) => (el ? el.textContent.trim().replace(/\s+/g, ' ') : '');
+    const loaded = [...card.querySelectorAll('img')].filter((img) => img.complete && img.naturalWidth);
+    cardsShown.push({name, title: words(card.querySelector('h3')),
+                     description: words(card.querySelector('p')),
+                     images: loaded.map((img) => ({src: img.currentSrc || img.src,
+                                                   size: [img.naturalWidth, img.naturalHeight]}))});
+  }
+  dialog.querySelector('[data-testid="template-workflows-content"]').scrollIntoView({block: 'start'});
+  await sleep(300);
+  return {names, cards: cardsShown};
+}
+"""
+
+# In the page: every node of the graph (title bar included) whole in the window and not under the menus,
+# toolbars or dialogs: points along each node's edges must be on the canvas (or on one of the graph's own
+# text boxes) when the page is asked what is there.
+IN_VIEW = r"""
+() => {
+  const canvas = app.canvas, element = canvas.canvas, ds = canvas.ds;
+  const box = element.getBoundingClientRect();
+  const onGraph = (hit) => hit === element || Boolean(hit?.closest('.dom-widget, .comfy-multiline-input'));
+  const hidden = [];
+  for (const node of app.graph.nodes) {
+    const [x, y, w, h] = node.boundingRect;  // the title bar included
+    const left = (x + ds.offset[0]) * ds.scale + box.left, top = (y + ds.offset[1]) * ds.scale + box.top;
+    const right = left + w * ds.scale, bottom = top + h * ds.scale;
+    const points = [];
+    for (const fx of [0, 0.25, 0.5, 0.75, 1]) {
+      const px = left + 2 + fx * (right - left - 4);
+      points.push([px, top + 2], [px, bottom - 2]);
+    }
+    for (const fy of [0.25, 0.5, 0.75]) {
+      points.push([left + 2, top + fy * (bottom - top)], [right - 2, top + fy * (bottom - top)]);
+    }
+    let off = 0;
+    const under = new Set();
+    for (const [px, py] of points) {
+      if (px < 0 || py < 0 || px > innerWidth || py > innerHeight) { off += 1; continue; }
+      const hit = document.elementFromPoint(px, py);
+      const kind = hit && String(hit.className?.baseVal ?? hit.className).split(' ')[0];
+      if (!onGraph(hit)) under.add(hit ? `${hit.tagName.toLowerCase()}.${kind}` : 'nothing');
+    }
+    if (off || under.size) hidden.push({id: node.id, title: node.title, off, under: [...under]});
+  }
+  return {nodes: app.graph.nodes.length, hidden, scale: ds.scale};
 }
 """
 
@@ -275,6 +350,22 @@ RUN_STATE = r"""
           nodeSize: node ? node.size.map(Math.round) : null, dialogs};
 }
 """
+
+# In the page: what the pack's extension (web/best_of_tree.js) shows on Best of Tree node ``id`` after a run:
+# the scores and best leaf it holds, how many leaf previews have loaded, and where its grid widget sits.
+SCORE_STATE = r"""
+(id) => {
+  const node = app.graph.getNodeById(id);
+  const view = node?.treerpoView;
+  const widget = (node?.widgets || []).find((w) => w.name === 'treerpo_leaf_scores');
+  return {scores: view ? view.scores : null, best: view ? view.best : null,
+          images: view ? view.images.length : 0,
+          loaded: view ? view.images.filter((img) => img.complete && img.naturalWidth > 0).length : 0,
+          widget: widget ? [Math.round(widget.y ?? -1), Math.round(widget.computedHeight ?? 0)] : null,
+          nodeSize: node ? node.size.map(Math.round) : null};
+}
+"""
+
 
 class BrowserError(RuntimeError):
     """The browser could not be started or stopped answering."""
@@ -383,6 +474,9 @@ def compare_graph(ui: dict, page: dict) -> list[str]:
                          f"own class: {node['ownClass']})")
         if node["hasErrors"]:
             diffs.append(f"{where}: marked has_errors")
+        raw = [label for label in node["labels"] if "_" in label]
+        if node["type"].startswith("TreeRPO") and raw:
+            diffs.append(f"{where}: labelled with raw input ids {raw}")
         if serial.get("widgets_values") != file_node.get("widgets_values"):
             diffs.append(f"{where}: widgets_values {file_node.get('widgets_values')} -> "
                          f"{serial.get('widgets_values')} (widgets: {node['widgets']})")
@@ -462,7 +556,7 @@ def check_loaded(tools: Browser, ui_file: Path, origin: str, load: str) -> tuple
     """(summary, failures, notes) of opening the workflow of ``ui_file`` with ``load`` (an async
     JavaScript function of no arguments, run in the page)."""
     ui = json.loads(ui_file.read_text(encoding="utf-8"))
-    api_file = ui_file.parent / "api" / (ui_file.name[: -len(".json")] + ".api.json")
+    api_file = api_path(ui_file)
     tools.take_events()
     page = tools.evaluate(f"({PAGE_CHECK})({load})", timeout=120)
     failures = compare_graph(ui, page)
@@ -485,9 +579,14 @@ def check_loaded(tools: Browser, ui_file: Path, origin: str, load: str) -> tuple
                                                            for m in models))
     if offline:
         notes.append(f"{offline} blocked request(s) to other hosts left out")
-    name = ui_file.name[: -len(".json")]
-    summary = f"{name}: {len(page['nodes'])} nodes, {len(page['graph']['links'])} links"
+    summary = f"{short_name(ui_file)}: {len(page['nodes'])} nodes, {len(page['graph']['links'])} links"
     return summary, failures, notes
+
+
+def short_name(ui_file: Path) -> str:
+    """The workflow's API id (``best_of_tree`` for ``workflows/Embedded shapes model, best of 8...json``):
+    the name of its lines and screenshots."""
+    return api_path(ui_file).name[: -len(".api.json")]
 
 
 def save_screenshot(tools: Browser, folder: Path, name: str, fit: bool = True,
@@ -508,7 +607,9 @@ def check_template_browser(tools: Browser, origin: str,
                            shots: Path | None) -> tuple[str, list[str], list[str]]:
     """(summary, failures, notes) of opening the template browser on this pack's category (the
     dialog stays open): its cards must be the pack's UI workflows, which ``GET /workflow_templates``
-    lists. A PNG of the dialog, ``template_browser.png``, goes into ``shots``."""
+    lists, each with its thumbnail (``<name>.jpg``, loaded, not the placeholder the frontend shows for a
+    missing one) and its name as title and description, in plain words. A PNG of the dialog,
+    ``template_browser.png``, goes into ``shots``."""
     with urllib.request.urlopen(origin + "/workflow_templates", timeout=30) as reply:
         listed = sorted(json.load(reply).get(PACK_NAME, []))
     ours = sorted(p.name[: -len(".json")] for p in ui_files([]))
@@ -516,40 +617,85 @@ def check_template_browser(tools: Browser, origin: str,
     if listed != ours:
         failures.append(f"GET /workflow_templates lists {listed} for {PACK_NAME}, workflows/ has {ours}")
     tools.take_events()
+    thumbnails = f"{origin}/api/workflow_templates/{PACK_NAME}/"
     try:
-        page = tools.evaluate(f"({TEMPLATE_BROWSER})({json.dumps(PACK_NAME)})", timeout=90)
+        page = tools.evaluate(f"({TEMPLATE_BROWSER})({json.dumps(PACK_NAME)})", timeout=150)
         names = sorted(page["names"])
         if names != listed:
             failures.append(f"the template browser shows {names} under {PACK_NAME}, "
                             f"the server lists {listed}")
+        for card in page["cards"]:
+            failures += check_card(card, thumbnails)
     except BrowserError as err:
         failures.append(str(err).strip().splitlines()[0])
     finally:
         if shots is not None:
             notes.append(f"screenshot: {save_screenshot(tools, shots, 'template_browser', fit=False)}")
-    # the cards ask for <name>.jpg beside each workflow and show a placeholder where there is none
-    thumbnails = f"{origin}/api/workflow_templates/{PACK_NAME}/"
     events = tools.take_events()
     missing = [e for e in events if e.get("url", "").startswith(thumbnails) and "404" in e["text"]]
+    failures += [f"thumbnail not found (404): {urllib.parse.unquote(e['url'][len(thumbnails):])}"
+                 for e in missing]
     logged, offline = problems_in_log([e for e in events if e not in missing], origin)
     failures += logged
-    if missing:
-        notes.insert(0, f"{len(missing)} card(s) without a thumbnail (workflows/<name>.jpg) "
-                        "show a placeholder")
     if offline:
         notes.insert(0, f"{offline} blocked request(s) to other hosts left out")
+    if names and not failures:
+        notes.insert(0, "every card with its thumbnail, title and description")
     return f"template browser: {len(names)} templates under {PACK_NAME}", failures, notes
 
 
-def check_template(tools: Browser, ui_file: Path, origin: str) -> tuple[str, list[str], list[str]]:
-    """(summary, failures, notes) of opening ``ui_file`` by clicking its card in the open template
-    browser (the frontend fetches it from ``/api/workflow_templates/<pack>/``); checked as a file is."""
+def check_card(card: dict, thumbnails: str) -> list[str]:
+    """A template's card: its thumbnail, fetched from the server (a JPEG of the size the page shows) and
+    shown (an image loaded from that URL, not the placeholder), and its title and description, which
+    frontend 1.32.9 takes from the file name (the description with '-' and '_' as spaces)."""
+    name, failures = card["name"], []
+    url = thumbnails + urllib.parse.quote(f"{name}.jpg")
+    try:
+        with urllib.request.urlopen(url, timeout=30) as reply:
+            kind, data = reply.headers.get("Content-Type", ""), reply.read()
+        with Image.open(io.BytesIO(data)) as image:
+            size = list(image.size)
+        if "jpeg" not in kind:
+            failures.append(f"card {name!r}: its thumbnail is served as {kind!r}, not image/jpeg")
+    except (urllib.error.URLError, OSError) as err:
+        return [f"card {name!r}: thumbnail {name}.jpg: {err}"]
+    shown = [i for i in card["images"] if i["src"].startswith("blob:") or i["src"] == url]
+    if not any(i["size"] == size for i in shown):
+        failures.append(f"card {name!r}: its thumbnail is not shown (images on the card: "
+                        f"{[(i['src'][:60], i['size']) for i in card['images']]})")
+    if card["title"] != name:
+        failures.append(f"card {name!r}: title {card['title']!r}")
+    if card["description"] != name.replace("-", " ").replace("_", " ").strip():
+        failures.append(f"card {name!r}: description {card['description']!r}")
+    if "_" in name:
+        failures.append(f"card {name!r}: a raw file name as title (name the UI file in plain words: "
+                        "scripts/api_to_ui.py TITLES)")
+    return failures
+
+
+def check_template(tools: Browser, ui_file: Path, origin: str,
+                   shots: Path | None) -> tuple[str, list[str], list[str]]:
+    """(summary, failures, notes) of opening ``ui_file`` by clicking its card in the template browser
+    (opened again unless it is open; the frontend fetches the file from ``/api/workflow_templates/<pack>/``),
+    checked as a file is; then every node must be whole in the window, not under a menu or toolbar
+    (IN_VIEW), as the frontend placed it; photographed as ``template_<id>.png``."""
     name = ui_file.name[: -len(".json")]
     count = len(json.loads(ui_file.read_text(encoding="utf-8"))["nodes"])
+    if not tools.evaluate("Boolean(document.querySelector('[data-testid=\"template-workflows-content\"]'))"):
+        tools.evaluate(f"({TEMPLATE_BROWSER})({json.dumps(PACK_NAME)})", timeout=150)
     summary, failures, notes = check_loaded(tools, ui_file, origin,
                                             TEMPLATE_LOAD % {"name": json.dumps(name), "count": count})
+    view = tools.evaluate(f"({IN_VIEW})()")
+    for node in view["hidden"]:
+        where = (f"{node['off']} of its edge points off the window" if node["off"] else "") + (
+            f"{' and ' if node['off'] else ''}under {', '.join(node['under'])}" if node["under"] else "")
+        failures.append(f"node {node['id']} ({node['title']}) not whole in view: {where}")
+    if not view["hidden"]:
+        notes.append(f"all {view['nodes']} nodes whole in view at zoom {view['scale']:.2f}")
+    if shots is not None:
+        path = save_screenshot(tools, shots, f"template_{short_name(ui_file)}", fit=False)
+        notes.append(f"screenshot: {path}")
     return f"template {summary}", failures, notes
-
 
 
 def training_curve_shown(state: dict) -> bool:
@@ -585,7 +731,7 @@ def run_with_previews(tools: Browser, server: Server, ui_file: Path, node_type: 
     (``shown(state)`` of RUN_STATE), when the page is photographed zoomed on that node
     (``run_<name>.png`` in ``shots``); then, with ``interrupt``, the run is interrupted (the Interrupt
     command), and the check waits for its end and for the server's queue to be empty."""
-    name = ui_file.name[: -len(".json")]
+    name = short_name(ui_file)
     _, failures, _ = check_file(tools, ui_file, server.url)  # opened as a file, and checked as one
     notes: list[str] = []
     node_id = next(n["id"] for n in json.loads(ui_file.read_text(encoding="utf-8"))["nodes"]
@@ -642,11 +788,74 @@ def run_with_previews(tools: Browser, server: Server, ui_file: Path, node_type: 
     shows = "a {}x{} image".format(*last["image"]) if last["image"] else "no image"
     notes.append(f"run {state['end'] or 'not ended'} {time.monotonic() - started:.0f} s after queueing; "
                  f"then the node shows {shows}" + (f" and text {last['text']!r}" if last["text"] else ""))
+    if node_type == "TreeRPOBestOfTree" and state["end"] == "success":
+        shown_failures, shown_notes = scores_shown(tools, server, name, node_id, shots)
+        failures += shown_failures
+        notes += shown_notes
     failures += problems_in_log(tools.take_events(), server.url)[0]
     time.sleep(1.5)  # the "interrupted" toast goes by itself; close what is left (an error's dialog)
     tools.evaluate("[...document.querySelectorAll('.p-dialog .p-dialog-close-button, "
                    ".p-toast-message .p-toast-close-button')].forEach((b) => b.click())")
     return summary, failures, notes
+
+
+# In the page: the view centred on the score grid of node ``id`` (and the widgets just above it), as large as
+# fits, at most twice life size.
+GRID_VIEW = r"""
+(id) => {
+  const node = app.graph.getNodeById(id), canvas = app.canvas, ds = canvas.ds;
+  const widget = (node?.widgets || []).find((w) => w.name === 'treerpo_leaf_scores');
+  if (!widget) return false;
+  const width = canvas.canvas.width / devicePixelRatio, height = canvas.canvas.height / devicePixelRatio;
+  const [x0, x1] = [node.pos[0] - 10, node.pos[0] + node.size[0] + 10];
+  const [y0, y1] = [node.pos[1] + widget.y - 60, node.pos[1] + node.size[1] + 10];
+  ds.scale = Math.min((width - 220) / (x1 - x0), (height - 260) / (y1 - y0), 2);
+  ds.offset[0] = (width / 2 + 25) / ds.scale - (x0 + x1) / 2;
+  ds.offset[1] = (height / 2 + 30) / ds.scale - (y0 + y1) / 2;
+  canvas.setDirty(true, true);
+  return true;
+}
+"""
+
+
+def scores_shown(tools: Browser, server: Server, name: str, node_id: int,
+                 shots: Path | None) -> tuple[list[str], list[str]]:
+    """(failures, notes) of Best of Tree's scores on the node after its run (web/best_of_tree.js): the scores
+    and best leaf the server sent for it (its history), every leaf's preview loaded, the grid inside the
+    node; photographed zoomed on the node (``scores_<name>.png``) and on the grid
+    (``scores_<name>_grid.png``)."""
+    failures, notes = [], []
+    probe = f"({SCORE_STATE})({node_id})"
+    deadline = time.monotonic() + 30
+    state = tools.evaluate(probe)
+    while (state["scores"] is None or state["loaded"] < state["images"]) and time.monotonic() < deadline:
+        time.sleep(0.25)
+        state = tools.evaluate(probe)
+    runs = [entry["outputs"][str(node_id)] for entry in server.get("/history").values()
+            if "treerpo_scores" in entry.get("outputs", {}).get(str(node_id), {})]
+    if not runs:
+        return [f"the server's history holds no scores of node {node_id}"], notes
+    sent, best = runs[-1]["treerpo_scores"], runs[-1]["treerpo_best"][0]
+    if state["scores"] is None:
+        return [f"node {node_id} shows no scores after its run (web/best_of_tree.js not loaded?)"], notes
+    if len(state["scores"]) != len(sent) or any(abs(a - b) > 1e-9
+                                                for a, b in zip(state["scores"], sent, strict=True)):
+        failures.append(f"node {node_id} shows scores {state['scores']}, the server sent {sent}")
+    if state["best"] != best:
+        failures.append(f"node {node_id} marks leaf {state['best']} as best, the server said {best}")
+    if state["images"] != len(sent) or state["loaded"] != len(sent):
+        failures.append(f"{state['loaded']} of {len(sent)} leaf previews loaded on node {node_id}")
+    top, height = state["widget"] or (-1, 0)
+    if top < 0 or height <= 0 or top + height > state["nodeSize"][1]:
+        failures.append(f"the score grid (y {top}, {height} high) is not inside node {node_id} "
+                        f"({state['nodeSize'][1]} high)")
+    notes.append(f"after the run the node shows {len(sent)} leaves with their scores, leaf {best} framed as "
+                 f"the best ({sent[best]:.4f}), {state['loaded']} previews loaded")
+    if shots is not None:
+        notes.append(f"screenshot: {save_screenshot(tools, shots, f'scores_{name}', nodes=[node_id])}")
+        tools.evaluate(f"({GRID_VIEW})({node_id})")
+        notes.append(f"screenshot: {save_screenshot(tools, shots, f'scores_{name}_grid', fit=False)}")
+    return failures, notes
 
 
 def report(summary: str, failures: list[str], notes: list[str]) -> str:
@@ -731,19 +940,17 @@ def main(argv: list[str] | None = None) -> int:
                 failed |= bool(failures)
                 print(report(summary, failures, notes))
                 if args.screenshots is not None:
-                    print(f"  screenshot: {save_screenshot(tools, args.screenshots, file.stem)}")
+                    print(f"  screenshot: {save_screenshot(tools, args.screenshots, short_name(file))}")
             if args.templates:
                 summary, failures, notes = check_template_browser(tools, server.url, args.screenshots)
-                if not failures:
-                    print(report(summary, failures, notes))
-                    summary, failures, notes = check_template(tools, files[0], server.url)
-                    if args.screenshots is not None:
-                        name = "template_" + files[0].name[: -len(".json")]
-                        notes.append(f"screenshot: {save_screenshot(tools, args.screenshots, name)}")
                 failed |= bool(failures)
                 print(report(summary, failures, notes))
+                for file in files if not failures else ():  # each opened from its card
+                    summary, failures, notes = check_template(tools, file, server.url, args.screenshots)
+                    failed |= bool(failures)
+                    print(report(summary, failures, notes))
             for name, node_type, widgets, shown, interrupt in PREVIEW_RUNS if args.run_previews else ():
-                ui_file = REPO / "workflows" / f"{name}.json"
+                ui_file = ui_path(REPO / "workflows" / "api" / f"{name}.api.json")
                 summary, failures, notes = run_with_previews(tools, server, ui_file, node_type, widgets,
                                                              shown, interrupt, args.screenshots)
                 failed |= bool(failures)

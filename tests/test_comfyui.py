@@ -428,3 +428,50 @@ def test_a_latent_of_the_wrong_size_fails_with_one_line(server: Server) -> None:
     graph["3"] = {"class_type": "EmptyLatentImage", "inputs": {"width": 512, "height": 512, "batch_size": 1}}
     text = run_error(server, graph)
     assert "takes 48x16x16" in text and "TreeRPO Embedded Empty Latent" in text and "\n" not in text, text
+
+
+# ------------------------------------------------------------------------------ tree budgets and prompts
+
+
+@pytest.mark.parametrize("node", ["TreeRPOTreeSampler", "TreeRPOBestOfTree"])
+def test_a_tree_over_the_leaf_budget_is_refused_once_naming_depth_and_branching(server: Server,
+                                                                                 node: str) -> None:
+    """Depth 8 and branching 8 (16.7 million leaves) are each within their input's range; together they are
+    refused before anything runs, with the budget."""
+    change = {"depth": 8, "branching": 8, "window_start": 0}
+    graph = tree_graph(node, {**(TREE if node == "TreeRPOTreeSampler" else BEST_OF_TREE), **change})
+    if node == "TreeRPOBestOfTree":
+        del graph["5"], graph["2"]
+        graph["6"]["inputs"]["images"] = ["30", 0]
+    where, message = refusal(server, graph)
+    assert where == "30", message
+    assert message.startswith("depth: 8 splits of 8 branches make 16,777,216 images"), message
+    assert "branching" in message and "the budget is 256 per tree" in message, message
+
+
+def test_an_empty_best_of_tree_prompt_is_refused_once_before_anything_runs(server: Server) -> None:
+    graph = tree_graph("TreeRPOBestOfTree", {**BEST_OF_TREE, "prompt": "  \n "})
+    del graph["5"], graph["2"]
+    graph["6"]["inputs"]["images"] = ["30", 0]
+    where, message = refusal(server, graph)
+    assert where == "30" and message.startswith("prompt: write what to draw"), message
+
+
+def test_train_lora_settings_go_through_the_same_leaf_budget(server: Server) -> None:
+    settings = "\n".join(["data.prompts_per_iteration=2", "tree.steps=20", "tree.depth=8",
+                          "tree.branching=8"])
+    where, message = refusal(server, train_graph(settings=settings))
+    assert where == "10" and message.startswith("settings: tree.depth=8 and tree.branching=8"), message
+    assert "16,777,216 images per prompt" in message and "the budget is 256 per prompt" in message, message
+
+
+def test_a_tree_too_big_for_the_devices_memory_fails_before_sampling_naming_depth_and_branching(
+        server: Server) -> None:
+    """Within the leaf budget (256 leaves) but on a 512x512 latent: the tree's latents alone would take
+    about 100 GiB. The node fails when it sees the latent, before sampling, in one line with the figures."""
+    graph = tree_graph("TreeRPOTreeSampler", {**TREE, "depth": 8, "branching": 2, "window_start": 0})
+    graph["3"] = {"class_type": "EmptyLatentImage",
+                  "inputs": {"width": 4096, "height": 4096, "batch_size": 1}}
+    text = run_error(server, graph)
+    assert text.startswith("depth: 8 splits of 2 branches grow 256 leaves of 48x512x512 per tree: "), text
+    assert "GiB" in text and "lower depth or branching" in text and "\n" not in text, text

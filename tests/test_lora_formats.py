@@ -13,14 +13,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import diffusers
 import pytest
 import torch
 from comfyui_server import require_comfyui
 from diffusers import FluxPipeline, FluxTransformer2DModel, SD3Transformer2DModel
+from packaging.version import Version
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from dynamic_treerpo.trainer.lora.adapters import attach_lora, lora_scale, lora_state_dict
+from dynamic_treerpo.trainer.lora.adapters import (
+    attach_lora,
+    attach_lora_weights,
+    lora_scale,
+    lora_state_dict,
+)
 from dynamic_treerpo.trainer.lora.files import (
     KOHYA_FILE,
     load_diffusers_lora,
@@ -124,6 +131,9 @@ def _assert_same_output(got: nn.Module, trained: nn.Module, base: nn.Module) -> 
     assert (_out(got) - want).abs().max().item() <= 1e-5 * scale
 
 
+@pytest.mark.skipif(Version(diffusers.__version__) < Version("0.42"),
+                    reason="diffusers' kohya FLUX converter before 0.42 skips top-level layers (0.35) or "
+                           "asserts FLUX.1's sizes (0.31): a limit of that converter, not of the file")
 def test_flux_kohya_file_loads_exactly_with_diffusers_converter(tmp_path) -> None:
     """diffusers' kohya FLUX converter reads our file into the same model (its single-block
     ``linear1`` split is hard-coded to FLUX.1's 3072 size: tested at that size below)."""
@@ -136,7 +146,7 @@ def test_flux_kohya_file_loads_exactly_with_diffusers_converter(tmp_path) -> Non
     trained_modules = {k.rsplit(".lora_", 1)[0] for k in lora_state_dict(trained)}
     assert trained_modules <= {k.rsplit(".lora_", 1)[0] for k in state}
     fresh = copy.deepcopy(base)
-    fresh.load_lora_adapter(state, prefix=None)
+    attach_lora_weights(fresh, state)  # diffusers' converted state has scale 1
     _assert_same_output(fresh, trained, base)
 
 

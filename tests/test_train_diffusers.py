@@ -7,11 +7,14 @@ import csv
 import math
 from pathlib import Path
 
+import diffusers
 import pytest
 import torch
+from packaging.version import Version
 
 from dynamic_treerpo.trainer.config.files import load_config
 from dynamic_treerpo.trainer.config.schema import TrainConfig
+from dynamic_treerpo.trainer.models.diffusers_common import FP8_DIFFUSERS
 from dynamic_treerpo.trainer.training.loop import Trainer
 from dynamic_treerpo.trainer.training.run import run_training
 from tests.test_diffusers_models import flux_pipeline, sd3_pipeline
@@ -128,6 +131,9 @@ def test_a_missing_model_folder_fails_in_one_line_before_any_work(tmp_path: Path
     assert not (tmp_path / "r" / "metrics.csv").exists()
 
 
+@pytest.mark.skipif(Version(diffusers.__version__) < Version(FP8_DIFFUSERS),
+                    reason=f"fp8 storage needs diffusers>={FP8_DIFFUSERS}; below, tests/test_versions.py "
+                           "checks that model.quantize: fp8 is refused in one line")
 def test_fp8_weights_train_the_lora_of_their_upcast_values(folders) -> None:
     """``model.quantize=fp8`` keeps the transformer's layer weights in float8_e4m3fn (half of bf16's
     bytes) and trains the same LoRA, to 1e-5 of its largest entry, as a float32 model holding those

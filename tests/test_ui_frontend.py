@@ -1,12 +1,14 @@
 """The UI workflows in ComfyUI's real web frontend, in headless Chromium (scripts/check_ui_workflows.py).
 
 Each ``workflows/*.json`` is opened as a user opens a file, checked against the file and its
-``workflows/api/<name>.api.json``, and photographed fitted to the view; then the template browser
-is opened on this pack's category (its cards must be the pack's workflows) and photographed, and
-the first workflow is opened from its card. A second test runs two workflows from the page
-(``--run-previews``) and photographs the live previews their nodes show mid-run. The PNGs stay in
-pytest's temporary folder (the last three runs are kept): the tests print where, so that a person can
-look at them.
+``workflows/api/<id>.api.json`` (and its nodes' labels: plain words, no raw input ids), and photographed
+fitted to the view; then the template browser is opened on this pack's category (its cards must be the
+pack's workflows, each with its thumbnail loaded, its title and description) and photographed, and every
+workflow is opened from its card: every node must then be whole in the window, not under a menu. A second
+test runs two workflows from the page (``--run-previews``), photographs the live previews their nodes show
+mid-run, and, once Best of Tree has run, its leaves and scores drawn on the node by the pack's web
+extension. The PNGs stay in pytest's temporary folder (the last three runs are kept): the tests print
+where, so that a person can look at them.
 
 Needs a Chromium (``make test`` installs Debian's ``chromium-headless-shell`` when it runs as root,
 as CI does) and Playwright for Python (the ``test`` extra), which drives it; skipped without either.
@@ -29,11 +31,14 @@ SCRIPT = REPO / "scripts" / "check_ui_workflows.py"
 WIDTH, HEIGHT = 1400, 900  # the page size of the script's screenshots
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("check_ui_workflows", SCRIPT)
+def _script(path: Path = SCRIPT):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+API_TO_UI = _script(REPO / "scripts" / "api_to_ui.py")  # the UI files' names
 
 
 def assert_shows_something(path: Path) -> None:
@@ -80,11 +85,16 @@ def run_script(options: list[str], shots: Path, capsys, timeout: float = 600) ->
 def test_ui_workflows_and_templates_in_the_real_frontend(tmp_path: Path, capsys) -> None:
     shots = tmp_path / "screenshots"
     output = run_script(["--templates"], shots, capsys)
-    names = sorted(p.name[: -len(".json")] for p in (REPO / "workflows").glob("*.json"))
-    assert names, "no UI workflows in workflows/"
-    expected = {f"{name}.png" for name in names} | {"template_browser.png", f"template_{names[0]}.png"}
+    names = sorted(p.name[: -len(".api.json")] for p in (REPO / "workflows" / "api").glob("*.api.json"))
+    assert len(names) == len(list((REPO / "workflows").glob("*.json"))), "a UI file per API file"
+    expected = ({f"{name}.png" for name in names} | {"template_browser.png"}
+                | {f"template_{name}.png" for name in names})
     assert {p.name for p in shots.iterdir()} == expected, output
-    assert f"template browser: {len(names)} templates under" in output, output
+    assert re.search(rf"^template browser: {len(names)} templates under \w+: OK \(every card with its "
+                     "thumbnail, title and description", output, re.MULTILINE), output
+    for name in names:  # opened from its card, every node whole in the window
+        assert re.search(rf"^template {name}: \d+ nodes, \d+ links: OK \(.*all \d+ nodes whole in view",
+                         output, re.MULTILINE), output
     for name in sorted(expected):
         assert_shows_something(shots / name)
 
@@ -97,9 +107,11 @@ def test_live_previews_in_the_real_frontend(tmp_path: Path, capsys) -> None:
     cores, but 3 minutes and more on busy ones (the runs share the CPU with whatever else runs)."""
     shots = tmp_path / "screenshots"
     names = ["train_embedded", "best_of_tree"]
-    output = run_script([str(REPO / "workflows" / f"{name}.json") for name in names] + ["--run-previews"],
-                        shots, capsys)
-    assert {p.name for p in shots.iterdir()} == {f"{n}.png" for n in names} | {f"run_{n}.png" for n in names}
+    files = [str(API_TO_UI.ui_path(REPO / "workflows" / "api" / f"{n}.api.json")) for n in names]
+    output = run_script([*files, "--run-previews"], shots, capsys)
+    scores = {"scores_best_of_tree.png", "scores_best_of_tree_grid.png"}
+    assert {p.name for p in shots.iterdir()} == ({f"{n}.png" for n in names} | {f"run_{n}.png" for n in names}
+                                                 | scores), output
     runs = {m[1]: m[0] for m in re.finditer(r"^run (\w+): .*$", output, re.MULTILINE)}
     assert sorted(runs) == sorted(names), output
     for name, line in runs.items():
@@ -113,3 +125,8 @@ def test_live_previews_in_the_real_frontend(tmp_path: Path, capsys) -> None:
     size = re.search(r"preview (\d+)x(\d+) shown on the node", tree)
     assert size and int(size[1]) == 2 * int(size[2]), f"not 4 x 2 tiles of square leaves: {tree}"
     assert "run success" in tree, tree
+    # then Best of Tree shows its leaves with their scores and the best one (web/best_of_tree.js)
+    assert re.search(r"after the run the node shows 8 leaves with their scores, leaf \d framed as the best "
+                     r"\(\d\.\d{4}\), 8 previews loaded", tree), tree
+    for name in sorted(scores):
+        assert_shows_something(shots / name)

@@ -1,14 +1,20 @@
 """The saved workflows (workflows/): each runs to success in a real ComfyUI server and in-process
 through ``treerpo run-workflow``; the UI files are the same graphs as the API files and use only
 nodes, inputs and widgets the server knows; the FLUX and Qwen-Image templates are refused for exactly
-their missing model files, and their loaders name where to get each."""
+their missing model files, and their loaders name where to get each. The UI files are the template
+browser's templates: named in plain words, each with its thumbnail; and the nodes' plain-words input
+labels reach the frontend (locales/en/nodeDefs.json, served at /i18n)."""
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import json
 import os
 import subprocess
 import sys
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,9 +23,20 @@ import pytest
 from comfyui_server import REPO, Server, require_comfyui, start_server, stop_server
 from PIL import Image
 
-from dynamic_treerpo.trainer.comfyui_host.workflow_format import api_to_ui, node_inputs, ui_to_api
+from dynamic_treerpo.trainer.comfyui_host.workflow_format import node_inputs, ui_to_api
 
 TREERPO = [sys.executable, "-m", "dynamic_treerpo.trainer"]  # the `treerpo` command
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+API_TO_UI = _script("api_to_ui")  # the UI files' names (TITLES) and how they are written
+NODE_LABELS = _script("node_labels")
 
 WORKFLOWS = REPO / "workflows"
 NAMES = ("train_embedded", "sample_and_score", "best_of_tree", "flux_dev_template", "flux_dev_train",
@@ -50,8 +67,13 @@ def api(name: str) -> dict:
     return json.loads((WORKFLOWS / "api" / f"{name}.api.json").read_text())
 
 
+def ui_file(name: str) -> Path:
+    """``workflows/<title>.json`` of the API id ``name``."""
+    return API_TO_UI.ui_path(WORKFLOWS / "api" / f"{name}.api.json")
+
+
 def ui(name: str) -> dict:
-    return json.loads((WORKFLOWS / f"{name}.json").read_text())
+    return json.loads(ui_file(name).read_text())
 
 
 @pytest.fixture(scope="module")
@@ -127,13 +149,49 @@ def check_tables(name: str, texts: dict[str, list[str]]) -> None:
 
 def test_the_template_browser_lists_the_packs_ui_workflows(server: Server) -> None:
     """ComfyUI serves a pack's ``workflows/*.json`` as its templates, under the pack's folder name: every
-    UI workflow is listed (the API files in ``workflows/api/`` are not) and is served as it is on disk."""
+    UI workflow is listed (the API files in ``workflows/api/`` are not) under its plain-words name (the
+    browser's title and description) and is served as it is on disk, with its thumbnail (a small JPEG)."""
     from comfyui_server import PACK_NAME
 
     listed = server.get("/workflow_templates")
-    assert sorted(listed[PACK_NAME]) == sorted(NAMES)
+    assert sorted(listed[PACK_NAME]) == sorted(ui_file(name).stem for name in NAMES)
     for name in NAMES:
-        assert server.get(f"/api/workflow_templates/{PACK_NAME}/{name}.json") == ui(name)
+        title = ui_file(name).stem
+        assert "_" not in title and title == API_TO_UI.TITLES[name]
+        quoted = urllib.parse.quote(title)
+        assert server.get(f"/api/workflow_templates/{PACK_NAME}/{quoted}.json") == ui(name)
+        with urllib.request.urlopen(f"{server.url}/api/workflow_templates/{PACK_NAME}/{quoted}.jpg") as reply:
+            assert reply.headers["Content-Type"] == "image/jpeg"
+            data = reply.read()
+        assert len(data) < 100_000, (title, len(data))
+        with Image.open(io.BytesIO(data)) as image:
+            assert image.format == "JPEG" and image.size == (512, 512), (title, image.size)
+        assert (ui_file(name).with_suffix(".jpg")).read_bytes() == data
+
+
+def test_templates_open_fitted_to_the_window(object_info: dict) -> None:
+    """No saved view (``extra.ds``) in a template: the frontend then fits the graph into the window when it
+    opens it (scripts/api_to_ui.py; tests/test_ui_frontend.py checks every node is whole in view)."""
+    for name in NAMES:
+        assert "ds" not in ui(name).get("extra", {}), name
+
+
+def test_every_input_has_a_plain_words_label_that_reaches_the_frontend(server: Server,
+                                                                        object_info: dict) -> None:
+    """Every input of every pack node declares a label (``display_name``) without the raw id's underscores;
+    frontend 1.32.9 reads labels from translations only, so locales/en/nodeDefs.json holds them (written by
+    scripts/node_labels.py from the schemas) and the server serves them at /i18n. Saved workflows and API
+    graphs keep the input ids (the tests above)."""
+    pack = {k: v for k, v in object_info.items() if k.startswith("TreeRPO")}
+    for node, definition in pack.items():
+        for group in ("required", "optional"):
+            for name, spec in definition["input"].get(group, {}).items():
+                label = (spec[1] if len(spec) > 1 else {}).get("display_name")
+                assert label and "_" not in label, (node, name, label)
+    written = json.loads(NODE_LABELS.LOCALE_FILE.read_text(encoding="utf-8"))
+    assert written == NODE_LABELS.labels(object_info), "stale: run scripts/node_labels.py"
+    served = server.get("/i18n")["en"]["nodeDefs"]
+    assert all(served[node] == labels for node, labels in written.items())
 
 
 # ------------------------------------------------------------------------------ formats
@@ -148,8 +206,8 @@ def test_ui_file_converts_back_to_the_api_graph(name: str, object_info: dict) ->
 def test_ui_file_is_what_api_to_ui_writes_now(name: str, object_info: dict) -> None:
     """A stale UI file (a node's widgets or outputs changed) fails here: regenerate it with
     ``python scripts/api_to_ui.py workflows/api/*.api.json``."""
-    fresh = api_to_ui(api(name), object_info, ui(name)["id"])
-    assert fresh == ui(name), f"workflows/{name}.json is stale: run scripts/api_to_ui.py"
+    fresh = API_TO_UI.ui_workflow(api(name), object_info, name)
+    assert fresh == ui(name), f"{ui_file(name).name} is stale: run scripts/api_to_ui.py"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -211,7 +269,7 @@ def test_workflow_runs_in_the_server(name: str, server: Server) -> None:
 @pytest.mark.parametrize(("name", "kind"), [(n, "api") for n in IMAGES] + [("sample_and_score", "ui")])
 def test_workflow_runs_in_process_with_treerpo_run_workflow(name: str, kind: str, comfyui: Path,
                                                             tmp_path: Path) -> None:
-    file = WORKFLOWS / "api" / f"{name}.api.json" if kind == "api" else WORKFLOWS / f"{name}.json"
+    file = WORKFLOWS / "api" / f"{name}.api.json" if kind == "api" else ui_file(name)
     out = (tmp_path / "out").resolve()
     done = run_cli(comfyui, str(file), "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -266,7 +324,7 @@ def test_template_loaders_name_their_downloads(object_info: dict, name: str) -> 
 def test_template_in_process_exits_2_with_one_line_per_missing_file(comfyui: Path, tmp_path: Path,
                                                                     name: str) -> None:
     files = TEMPLATE_FILES[name]
-    done = run_cli(comfyui, str(WORKFLOWS / f"{name}.json"), "--output", str(tmp_path))
+    done = run_cli(comfyui, str(ui_file(name)), "--output", str(tmp_path))
     assert done.returncode == 2, done.stderr[-3000:]
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
@@ -300,7 +358,7 @@ def test_a_failing_node_exits_1_with_its_message(comfyui: Path, tmp_path: Path) 
 
 def test_missing_comfyui_is_one_line_saying_make_comfyui(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TREERPO_COMFYUI"}
-    command = [*TREERPO, "run-workflow", str(WORKFLOWS / "best_of_tree.json"),
+    command = [*TREERPO, "run-workflow", str(ui_file("best_of_tree")),
                "--comfyui", str(tmp_path)]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 2

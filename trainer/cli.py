@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .bench.nfe import PAPER_TREE, format_table, nfe_table, strategy_configs
+from .compat.versions import check_versions
 from .core.strategies import DanceGRPOConfig, MixGRPOConfig, TreeConfig
 from .utils.atomic import one_line
 
@@ -291,8 +292,9 @@ def _quiet_loading_bars() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; bad input ends with one line on stderr and exit status 2."""
     args = build_parser().parse_args(argv)
-    _quiet_loading_bars()
     try:
+        check_versions()
+        _quiet_loading_bars()
         return int(args.func(args))
     except (ValueError, TypeError, ImportError) as err:
         print(f"treerpo {args.command}: error: {one_line(err, 400)}", file=sys.stderr)

@@ -103,4 +103,4 @@ def build_tokenizer():
         single="<bos> $A <eos>", special_tokens=[("<bos>", 1), ("<eos>", 2)])
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<bos>",
                                    eos_token="<eos>", unk_token="<unk>",
-                                   model_max_length=MAX_TOKENS)
+                                   model_max_length=MAX_TOKENS, clean_up_tokenization_spaces=False)

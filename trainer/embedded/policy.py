@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..compat.transformers_api import load_clip_text_model, save_clip_text_model
+from ..compat.versions import check_versions
 from ..models.patches import image_ids, pack, unpack
 from ..models.policy import PolicyBase
 from ..utils.atomic import atomic_write_text
@@ -100,18 +102,20 @@ class EmbeddedPolicy(PolicyBase, nn.Module):
     def from_pretrained(cls, path: str | Path | None = None) -> EmbeddedPolicy:
         """Load from ``path`` (default: the weights shipped in the package)."""
         from diffusers import FluxTransformer2DModel
-        from transformers import CLIPTextModel, PreTrainedTokenizerFast
+        from transformers import PreTrainedTokenizerFast
 
+        check_versions(["transformers", "tokenizers", "diffusers"])
         root = Path(path) if path is not None else WEIGHTS_DIR
         check_weights_dir(root)
         spec = json.loads((root / "embedded.json").read_text())
         if spec.get("format") != EMBEDDED_SPEC["format"]:
             raise ValueError(f"{root / 'embedded.json'}: not an embedded-default model folder")
         transformer = FluxTransformer2DModel.from_pretrained(root / "transformer")
-        text_encoder = CLIPTextModel.from_pretrained(root / "text_encoder")
+        text_encoder = load_clip_text_model(root / "text_encoder")  # strictly, on transformers 4 and 5
         tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(root / "tokenizer" / "tokenizer.json"),
                                             pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
-                                            unk_token="<unk>", model_max_length=MAX_TOKENS)
+                                            unk_token="<unk>", model_max_length=MAX_TOKENS,
+                                            clean_up_tokenization_spaces=False)
         policy = cls(transformer, text_encoder, tokenizer, spec)
         policy.source = root
         return policy
@@ -147,11 +151,10 @@ class EmbeddedPolicy(PolicyBase, nn.Module):
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
         self.transformer.save_pretrained(root / "transformer", safe_serialization=True)
-        self.text_encoder.save_pretrained(root / "text_encoder", safe_serialization=True)
+        save_clip_text_model(self.text_encoder, root / "text_encoder")  # readable by transformers 4 and 5
         self.tokenizer.save_pretrained(root / "tokenizer")
         atomic_write_text(root / "embedded.json", json.dumps(self.spec, indent=2) + "\n")
-        for config in (root / "transformer" / "config.json", root / "text_encoder" / "config.json"):
-            _drop_source_path(config)
+        _drop_source_path(root / "transformer" / "config.json")
 
     # ------------------------------------------------------------------ Policy
     @property

@@ -9,8 +9,8 @@ import torch
 
 from ..core.flow import make_sigmas
 from ..embedded.policy import EmbeddedPolicy
-from ..lora.adapters import attach_lora, load_lora_state
-from ..lora.files import load_diffusers_lora, load_kohya_file, read_lora_file
+from ..lora.adapters import attach_lora_weights, check_lora_fits
+from ..lora.files import DIFFUSERS_PREFIX, load_diffusers_lora, load_kohya_file, read_lora_file
 from ..lora.keys import from_comfyui_state
 from ..lora.kohya import kohya_kind
 from ..training.evaluate import generate
@@ -18,7 +18,8 @@ from ..training.logs import save_image_grid
 
 
 def load_lora_file(transformer: torch.nn.Module, path: str | Path) -> None:
-    """Apply a LoRA file exported by this project, in ComfyUI (``.alpha``) or diffusers format."""
+    """Apply a LoRA file in ComfyUI (``diffusion_model.`` keys, ``.alpha`` or scale 1), diffusers
+    (``transformer.`` keys) or kohya format to the embedded transformer."""
     path = Path(path)
     state = read_lora_file(path)
     kind = kohya_kind(state)
@@ -27,17 +28,16 @@ def load_lora_file(transformer: torch.nn.Module, path: str | Path) -> None:
     if kind is not None:
         load_kohya_file(transformer, path, kind)
         return
-    if not any(k.endswith(".alpha") for k in state):
+    if state and all(k.startswith(DIFFUSERS_PREFIX) for k in state):
         load_diffusers_lora(transformer, path)
         return
     weights, alphas = from_comfyui_state(state)
-    modules = sorted({k.rsplit(".lora_", 1)[0] for k in weights})
-    if not modules:
+    if not weights:
         raise ValueError(f"{path} holds no LoRA weights")
-    rank = int(weights[f"{modules[0]}.lora_A.weight"].shape[0])
-    alpha = next(iter(alphas.values()))
-    attach_lora(transformer, rank, alpha, modules)
-    load_lora_state(transformer, weights)
+    check_lora_fits(transformer, weights, path)
+    modules = {k.rsplit(".lora_", 1)[0] for k in weights}
+    attach_lora_weights(transformer, weights, {m: alphas.get(m, weights[f"{m}.lora_A.weight"].shape[0])
+                                               for m in modules})
 
 
 @torch.no_grad()

@@ -6,11 +6,15 @@ The only module of ``trainer/lora`` that touches peft's modules; the key maps of
 
 from __future__ import annotations
 
+import math
 import os
+import zlib
 from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
+
+from ..compat.versions import check_versions
 
 FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -20,6 +24,7 @@ def attach_lora(transformer: nn.Module, rank: int, alpha: float, targets: Sequen
     """Freeze ``transformer`` and add a trainable LoRA (B = 0: the model is unchanged)."""
     from peft import LoraConfig
 
+    check_versions(["peft"])
     transformer.requires_grad_(False)
     for module in transformer.modules():  # peft creates a LoRA in its layer's `compute_dtype` when it has
         weight = getattr(module, "weight", None)  # one, else in the weight's: an fp8 init would be rounded
@@ -46,6 +51,62 @@ def attach_lora(transformer: nn.Module, rank: int, alpha: float, targets: Sequen
             param.data = param.data.float()
     if not any(p.requires_grad for p in transformer.parameters()):
         raise ValueError(f"LoRA targets {list(targets)} matched no module of the transformer")
+    initialise_by_name(transformer, seed)
+
+
+def attach_lora_weights(transformer: nn.Module, state: Mapping[str, Tensor],
+                        alphas: Mapping[str, float] | None = None) -> None:
+    """Attach a LoRA holding ``state`` (``<module>.lora_A/lora_B.weight``) to ``transformer``, each
+    module with its own rank (read from the shapes) and ``alphas[module]`` (default: its rank).
+
+    Why not diffusers' ``load_lora_adapter``: it exists from diffusers 0.32 on and changed its
+    arguments since; peft's config (the most common rank and alpha, the others as its rank and alpha
+    patterns) loads the same adapter on every supported version.
+    """
+    from peft import LoraConfig
+
+    check_versions(["peft"])
+    modules = sorted({key.rsplit(".lora_", 1)[0] for key in state})
+    if not modules:
+        raise ValueError("the LoRA holds no lora_A/lora_B weights")
+    ranks = {m: int(state[f"{m}.lora_A.weight"].shape[0]) for m in modules}
+    alpha_of = {m: float(alphas[m]) if alphas is not None else float(ranks[m]) for m in modules}
+    rank = max(sorted(set(ranks.values())), key=list(ranks.values()).count)
+    alpha = max(sorted(set(alpha_of.values())), key=list(alpha_of.values()).count)
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=modules, init_lora_weights=True,
+                        rank_pattern={m: r for m, r in ranks.items() if r != rank},
+                        alpha_pattern={m: a for m, a in alpha_of.items() if a != alpha})
+    transformer.requires_grad_(False)
+    if hasattr(transformer, "add_adapter"):  # a diffusers model
+        transformer.add_adapter(config)
+    else:
+        from peft import inject_adapter_in_model
+
+        inject_adapter_in_model(config, transformer)
+    load_lora_state(transformer, state)
+
+
+def initialise_by_name(transformer: nn.Module, seed: int) -> None:
+    """peft's LoRA initialisation (A Kaiming-uniform with ``a = sqrt(5)``, B = 0), drawn per layer from
+    a generator seeded by ``seed`` and the layer's name.
+
+    Why: peft draws every layer's A from one global stream in the order the layers were registered,
+    which diffusers releases change (0.31 registers a FLUX attention's projections in another order
+    than 0.35): the same seed then gave another LoRA. Seeding by name gives the same LoRA on every
+    supported version.
+    """
+    with torch.no_grad():
+        for name, layer in transformer.named_modules():
+            lora_a = getattr(layer, "lora_A", None)
+            lora_b = getattr(layer, "lora_B", None)
+            if not isinstance(lora_a, nn.ModuleDict) or not isinstance(lora_b, nn.ModuleDict):
+                continue
+            for adapter, down in lora_a.items():
+                generator = torch.Generator().manual_seed(zlib.crc32(f"{seed}:{name}:{adapter}".encode()))
+                weight = torch.empty(down.weight.shape, dtype=torch.float32)
+                nn.init.kaiming_uniform_(weight, a=math.sqrt(5), generator=generator)
+                down.weight.copy_(weight)
+                lora_b[adapter].weight.zero_()
 
 
 def _lora_layers(module: nn.Module) -> list[nn.Module]:

@@ -23,6 +23,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from ..compat.transformers_api import dtype_argument
+from ..compat.versions import require
 from .policy import PolicyBase
 
 PromptEncoder = Callable[[list[str]], dict[str, Tensor]]
@@ -34,6 +36,7 @@ DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
 }
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
+FP8_DIFFUSERS = "0.33"  # the first diffusers with enable_layerwise_casting (fp8 storage)
 MAX_T5_TOKENS = 512  # the longest T5 prompt of FLUX.1 and SD3
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "spiece.model", "tokenizer_config.json")
 
@@ -185,7 +188,7 @@ def load_components(parts: Mapping[str, Path], text: Mapping[str, tuple[str, Any
     """Each checked text component (folder -> (what it is, its class)) with its class's
     ``from_pretrained``: encoders in ``dtype``, tokenizers as they are."""
     return {name: load_local(cls.from_pretrained, parts[name], what,
-                             **({} if name.startswith("tokenizer") else {"dtype": dtype}))
+                             **({} if name.startswith("tokenizer") else dtype_argument(dtype)))
             for name, (what, cls) in text.items()}
 
 
@@ -219,8 +222,39 @@ def load_transformer(cls: Any, root: Path, source: ModelSource, dtype: torch.dty
     def single_file(target: str, **kw: Any) -> Any:
         return cls.from_single_file(target, config=str(root), subfolder="transformer", **kw)
 
-    model = load_local(single_file, file, "transformer", torch_dtype=dtype)
+    def own_layout(target: str, torch_dtype: torch.dtype, **_: Any) -> Any:
+        return load_in_own_layout(cls, root / "transformer", Path(target), torch_dtype)
+
+    reader = own_layout if in_own_layout(cls, root / "transformer", file) else single_file
+    model = load_local(reader, file, "transformer", torch_dtype=dtype)
     return check_loaded(model, file, "transformer")
+
+
+def _state_keys(cls: Any, config_folder: Path) -> set[str]:
+    with torch.device("meta"):
+        return set(cls.from_config(cls.load_config(str(config_folder))).state_dict())
+
+
+def in_own_layout(cls: Any, config_folder: Path, file: Path) -> bool:
+    """Whether a single file holds exactly the keys of diffusers' own model (a fine-tune saved with
+    ``state_dict``), which diffusers' single-file converter reads only from 0.32 on."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="pt") as handle:
+            keys = set(handle.keys())
+    except Exception:  # unreadable: let the converter report it
+        return False
+    return keys == _state_keys(cls, config_folder)
+
+
+def load_in_own_layout(cls: Any, config_folder: Path, file: Path, dtype: torch.dtype) -> nn.Module:
+    """A model of ``cls`` from its folder's config and a single file in its own key layout."""
+    from safetensors.torch import load_file
+
+    model = cls.from_config(cls.load_config(str(config_folder)))
+    model.load_state_dict(load_file(str(file)), strict=True)
+    return model.to(dtype)
 
 
 # ------------------------------------------------------------------------------ devices
@@ -266,6 +300,7 @@ def store_weights_in_fp8(transformer: nn.Module, compute_dtype: torch.dtype) -> 
     while its layer runs (diffusers' layerwise casting; norms and embeddings stay as they are). It
     halves the memory of bf16 weights; done before the move to the GPU, the bf16 copy never lands
     there. peft creates a LoRA attached afterwards in ``compute_dtype`` (its ``compute_dtype`` hook)."""
+    require("diffusers", FP8_DIFFUSERS, "model.quantize: fp8")  # enable_layerwise_casting came in 0.33
     transformer.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=compute_dtype)
     for module in transformer.modules():
         if getattr(module, "weight", None) is not None and module.weight.dtype == torch.float8_e4m3fn:
@@ -436,6 +471,8 @@ class DiffusersPolicy(PolicyBase, nn.Module):
         loaded, so a missing file fails in one line at once."""
         if quantize not in ("none", "fp8"):
             raise ValueError(f"quantize must be 'none' or 'fp8', got {quantize!r}")
+        if quantize == "fp8":  # refused before anything loads
+            require("diffusers", FP8_DIFFUSERS, "model.quantize: fp8")
         import diffusers
 
         check_resolution(height, width)

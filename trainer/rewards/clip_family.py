@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..compat.transformers_api import clip_tokenizer, projected_features
 from ..utils.atomic import load_state_dict_file, one_line
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI CLIP's normalisation, also used by LAION models
@@ -123,11 +124,11 @@ class ClipReward:
         return F.normalize(torch.cat(feats).float(), dim=-1)
 
     def _image_features(self, pixels: Tensor) -> Tensor:
-        return self.model.get_image_features(pixel_values=pixels).pooler_output
+        return projected_features(self.model.get_image_features(pixel_values=pixels))
 
     def _text_features(self, tokens: dict[str, Tensor]) -> Tensor:
-        return self.model.get_text_features(input_ids=tokens["input_ids"],
-                                            attention_mask=tokens["attention_mask"]).pooler_output
+        return projected_features(self.model.get_text_features(input_ids=tokens["input_ids"],
+                                                               attention_mask=tokens["attention_mask"]))
 
     def tokenize(self, prompts: Sequence[str]) -> dict[str, Tensor]:
         """Token ids and attention mask, truncated to the model's context (end-of-text token kept).
@@ -257,15 +258,10 @@ def _has_tokenizer(folder: Path) -> bool:
         (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file())
 
 
-def _load_tokenizer(source, where: str, eos_id: int, vocab_size: int):
-    """A ``CLIPTokenizer`` from a folder, or from ``(vocab, merges)``; checks it fits the model."""
-    from transformers import CLIPTokenizer
-
+def _load_tokenizer(source: Path, where: str, eos_id: int, vocab_size: int):
+    """CLIP's tokenizer from a folder; checks it fits the model."""
     try:
-        if isinstance(source, Path):
-            tok = CLIPTokenizer.from_pretrained(str(source))
-        else:
-            tok = CLIPTokenizer(vocab=source[0], merges=source[1])
+        tok = clip_tokenizer(source)
     except Exception as exc:
         raise ValueError(f"cannot load the tokenizer from {where}: {one_line(exc)}") from None
     if tok.eos_token_id != eos_id or len(tok) > vocab_size:

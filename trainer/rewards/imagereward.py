@@ -1,4 +1,4 @@
-"""ImageReward v1.0 (THUDM) as a reward, rebuilt on transformers 5 classes.
+"""ImageReward v1.0 (THUDM) as a reward, rebuilt on transformers' own BLIP classes (4.45 to 5).
 
 Why not the ``image-reward`` package: version 1.5 does not import with transformers 5 and downloads
 bert-base-uncased when it loads. The model is small to port: BLIP's ViT (``BlipVisionModel`` has the same
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
+from ..compat.transformers_api import wordpiece_tokenizer
 from ..utils.atomic import load_state_dict_file
 from .registry import RewardFn
 
@@ -284,13 +285,11 @@ def load_model(files: ImageRewardFiles) -> ImageRewardModel:
 
 def load_tokenizer(vocab: Path, vocab_rows: int) -> BertTokenizer:
     """bert-base-uncased's WordPiece tokenizer plus BLIP's two added tokens ([DEC], [ENC])."""
-    from transformers import BertTokenizer
-
     tokens = vocab.read_text(encoding="utf-8").splitlines()
     if len(tokens) + 2 != vocab_rows:
         raise ValueError(f"{vocab} has {len(tokens)} tokens but the checkpoint's embedding has {vocab_rows} "
                          f"rows (= vocab + [DEC], [ENC]); use vocab.txt from {BERT_HUB}")
-    tok = BertTokenizer(vocab={t: i for i, t in enumerate(tokens)}, do_lower_case=True)
+    tok = wordpiece_tokenizer(vocab, do_lower_case=True)
     tok.add_tokens(["[DEC]", "[ENC]"], special_tokens=True)
     return tok
 

@@ -15,6 +15,8 @@ from importlib import import_module
 import torch
 from torch import Tensor
 
+from ..compat.versions import check_versions
+
 RewardFn = Callable[[Tensor, Sequence[str]], dict[str, Tensor]]
 
 
@@ -70,5 +72,7 @@ def get_reward(name: str, weights: str | None = None, device: str | torch.device
         raise ValueError(f"reward {name!r} needs its weights: give a local PATH (treerpo score --weights "
                          f"PATH; in a training config reward_weights: {{{name}: PATH}}); PATH is "
                          f"{entry.weights_help}")
+    if entry.module in ("clip_family", "imagereward"):
+        check_versions(["transformers", "tokenizers"])
     module = import_module(f".{entry.module}", __package__)
     return getattr(module, entry.builder)(weights, device)

@@ -11,6 +11,7 @@ import csv
 import io
 import math
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,8 +126,16 @@ def read_csv(path: str | os.PathLike[str]) -> list[dict[str, str]]:
     return [{k: v for k, v in row.items() if k is not None} for row in reader]
 
 
+TENSORBOARD_MISSING = ("note: tensorboard is not installed, so this run writes no TensorBoard events "
+                       "(metrics.csv has every figure): pip install tensorboard")
+
+
 class TensorBoardLogger:
-    """Scalars to TensorBoard; flushed on every call so a crash loses nothing already logged."""
+    """Scalars to TensorBoard; flushed on every call so a crash loses nothing already logged.
+
+    TensorBoard is an extra (``pip install dynamic-treerpo[tensorboard]``): without it the run says so
+    in one line and logs to metrics.csv only.
+    """
 
     def __init__(self, log_dir: str | os.PathLike[str], enabled: bool = True) -> None:
         """``enabled`` False (a data-parallel rank other than 0): logs nothing, writes no file."""
@@ -136,9 +145,9 @@ class TensorBoardLogger:
             return
         try:
             from torch.utils.tensorboard import SummaryWriter
-        except ImportError as exc:
-            raise ImportError("TensorBoard logging needs the tensorboard package: "
-                              "pip install tensorboard") from exc
+        except ImportError:  # an extra: the nodes never need it, so ComfyUI environments lack it
+            print(TENSORBOARD_MISSING, file=sys.stderr)
+            return
         self._writer = SummaryWriter(log_dir=str(self.log_dir))
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:

@@ -9,9 +9,19 @@ import functools
 
 from ..trainer.config.schema import TrainConfig
 from ..trainer.rewards.mix import parse_reward_spec
-from ..trainer.rewards.registry import reward_names
+from ..trainer.rewards.registry import reward_names as all_reward_names
 from ._comfy import io, model_roots, models_directory
 from .inputs import MIX, about, check_rewards, parse_lines, reward_spec
+
+# The `function` reward imports and runs any Python function: a workflow shared on the internet must not
+# make a ComfyUI server run code, so it is offered headlessly only (`treerpo train`).
+HEADLESS_ONLY = ("function",)
+
+
+def reward_names() -> list[str]:
+    """The rewards a node offers."""
+    return [name for name in all_reward_names() if name not in HEADLESS_ONLY]
+
 
 REWARD_HELP = {
     "scene": "the embedded model's own checker (shapes, colours, places; no weights needed)",
@@ -67,6 +77,10 @@ def check_reward_inputs(reward: str, reward_mix: str, reward_weights: str,
     with about("reward_mix"):
         spec = reward_spec(reward, reward_mix)
         names = [term.name for term in parse_reward_spec(spec)]
+        headless = [n for n in names if n in HEADLESS_ONLY]
+        if headless:
+            raise ValueError(f"the {headless[0]!r} reward runs Python code and is offered headlessly only "
+                             "(treerpo train), not in a ComfyUI graph")
     with about("reward_weights"):
         weights = check_rewards(spec, reward_weights, models_directory(), model_roots())
     if prompts is not None and "scene" in names and prompts[0].strip():

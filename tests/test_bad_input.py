@@ -107,7 +107,7 @@ CASES: dict[str, tuple[Make, str]] = {
                                    "tree.steps is 10: too few for a window of 12 SDE steps"),
     "bad distributed backend": (train("distributed.backend=mpi"),
                                 "distributed.backend must be auto, nccl or gloo"),
-    "bad advantage std scope": (train("experimental.loss.advantage_std=global", "iterations=1"),
+    "bad advantage std scope": (train("experimental.loss.advantage_std=worldwide", "iterations=1"),
                                 "advantage_std"),
     "negative skip limit": (train("optim.max_skipped_in_a_row=-1"), "max_skipped_in_a_row must be >= 0"),
     "missing config file": (lambda tmp: ["train", str(tmp / "nope.yaml")], "nope.yaml"),

@@ -66,7 +66,7 @@ def test_flash_tail_is_compressed_and_ends_at_zero() -> None:
     cfg = MixGRPOConfig(steps=25, window_start=10, group_size=4, flash=True)
     plan = build_plan(cfg, make_sigmas("shift", 25))
     tail = [op for op in plan.ops if op.solver == "dpm2m"]
-    assert len(tail) == compressed_tail_steps(25 - 14, 0.4) == 4
+    assert len(tail) == compressed_tail_steps(25 - 14, 0.4) == 3  # int(12 * 0.4) points, 3 steps
     assert tail[0].sigma == pytest.approx(plan.ops[13].sigma_next) and tail[-1].sigma_next == 0.0
 
 
@@ -84,12 +84,14 @@ def test_plans_have_the_published_shape() -> None:
     assert [op.train for op in flow.ops] == [True] * 9 + [False] and not flow.shared_root_noise
     fast = [build_plan(FlowGRPOConfig(fast=True), sig10, seed=s) for s in range(40)]
     starts = {p.window_start for p in fast}
-    assert starts == set(range(8))  # 2 SDE steps anywhere before the last step
+    assert starts == set(range(3))  # 3 SDE steps starting in [0, T // 2 - 3] (tests/test_published.py)
     for p in fast:
-        assert [i for i, op in enumerate(p.ops) if op.solver == "sde"] == [p.window_start, p.window_start + 1]
+        sde = [i for i, op in enumerate(p.ops) if op.solver == "sde"]
+        assert sde == [p.window_start + k for k in range(3)]
     branch = build_plan(BranchGRPOConfig(), make_sigmas("shift", 20))
-    assert [i for i, op in enumerate(branch.ops) if op.branch == 2] == [0, 5, 10, 15]
-    assert branch.ops[5].noise_level == pytest.approx(0.3 * 4.0) and branch.ops[6].noise_level == 0.3
+    assert [i for i, op in enumerate(branch.ops) if op.branch == 2] == [0, 3, 6, 9]
+    assert branch.ops[3].noise_level == 0.3 and branch.ops[3].noise_scale == pytest.approx(4.0)
+    assert branch.ops[4].noise_scale == 1.0
     assert branch.leaves_per_prompt == 16 and all(op.train for op in branch.ops[:-1])
 
 

@@ -111,9 +111,12 @@ def test_comfyui_file_carries_alpha_tensors(two_iterations: Path) -> None:
     assert all(float(state[k]) == 8.0 for k in alphas)
 
 
-# the tanh LayerTuning weight carries state (the reward spread s_ref), weighted up so a lost state shows
-@pytest.mark.parametrize("extra", [(), ("loss.prm_weight=tanh", "loss.prm_lambda=0.3")],
-                         ids=["default", "tanh"])
+# the tanh LayerTuning weight carries state (the reward spread s_ref), weighted up so a lost state shows;
+# DiffusionNFT carries its old policy and the evaluation's average of the weights (every update here)
+@pytest.mark.parametrize("extra", [(), ("loss.prm_weight=tanh", "loss.prm_lambda=0.3"),
+                                   ("strategy=diffusionnft", "diffusionnft.group_size=4",
+                                    "diffusionnft.decay_schedule=2", "data.eval_every=1")],
+                         ids=["default", "tanh", "diffusionnft"])
 def test_resume_equals_uninterrupted(tmp_path: Path, extra: tuple[str, ...]) -> None:
     straight = tmp_path / "straight"
     run_training(_config("iterations=4", *extra), straight, progress=False)
@@ -130,6 +133,22 @@ def test_resume_equals_uninterrupted(tmp_path: Path, extra: tuple[str, ...]) -> 
         ra, rb = list(csv.DictReader(f)), list(csv.DictReader(g))
     assert [r["reward_mean"] for r in ra] == [r["reward_mean"] for r in rb]
     assert [r["prm_weight"] for r in ra] == [r["prm_weight"] for r in rb]
+    assert [r["eval_reward"] for r in ra] == [r["eval_reward"] for r in rb]
+
+
+def test_diffusionnft_trains_on_its_leaves_with_an_old_policy() -> None:
+    trainer = Trainer(_config("strategy=diffusionnft", "diffusionnft.group_size=4", "iterations=3"))
+    old_before = [t.clone() for t in trainer.old.values]
+    row = trainer.step(0)
+    assert trainer.optimizer_steps == 1 and row["skipped_updates"] == 0
+    assert row["nfe_train"] == 2 * 4 * 9 * 3  # 2 prompts x 4 images x 9 noise levels x (theta, old, ref)
+    # after the first update, d = min(0.001 x 1, 0.5): old <- 0.001 old + 0.999 theta
+    for old, before, param in zip(trainer.old.values, old_before, trainer.params, strict=True):
+        assert torch.allclose(old, 0.001 * before + 0.999 * param.detach(), atol=1e-7)
+    assert any(not torch.equal(a, b) for a, b in zip(old_before, trainer.old.values, strict=True))
+    assert trainer.ema is not None  # its published evaluation averages the weights
+    live, averaged = trainer.evaluate(average=False)[0], trainer.evaluate()[0]
+    assert live["eval_reward"] != averaged["eval_reward"]
 
 
 def test_an_existing_run_is_never_overwritten(two_iterations: Path) -> None:
@@ -272,14 +291,22 @@ def _flat(data: dict, prefix: str = "") -> dict:
 
 PUBLISHED_DIFFERENCES = {
     # strategy: (the loss fields that differ from Dynamic-TreeRPO's, and their published values)
-    "mixgrpo": {"advantage": "leaf", "clip.mode": "fixed", "prm_lambda": 0.0},
-    "mixgrpo_flash": {"advantage": "leaf", "clip.mode": "fixed", "prm_lambda": 0.0},
-    "dancegrpo": {"advantage": "leaf", "clip.mode": "fixed", "prm_lambda": 0.0},
-    "flow_grpo": {"advantage": "leaf", "clip.mode": "fixed", "prm_lambda": 0.0,
-                  "advantage_std": "batch", "kl_beta": 0.04},
-    "flow_grpo_fast": {"advantage": "leaf", "clip.mode": "fixed", "prm_lambda": 0.0,
-                       "advantage_std": "batch", "kl_beta": 0.04},
-    "branchgrpo": {"node_value": "mean", "clip.mode": "fixed", "clip.fixed": 1e-3, "prm_lambda": 0.0},
+    # every value pinned to its anchor in tests/test_published.py
+    "mixgrpo": {"advantage": "leaf", "clip.mode": "fixed", "prm_lambda": 0.0, "std_ddof": 1,
+                "edge_weighting": "transition"},
+    "mixgrpo_flash": {"advantage": "leaf", "clip.mode": "fixed", "prm_lambda": 0.0, "std_ddof": 1,
+                      "edge_weighting": "transition"},
+    "dancegrpo": {"advantage": "leaf", "clip.mode": "fixed", "prm_lambda": 0.0, "std_ddof": 1,
+                  "edge_weighting": "transition"},
+    "flow_grpo": {"advantage": "leaf", "clip.mode": "fixed", "prm_lambda": 0.0, "advantage_std": "global",
+                  "std_eps": 1e-4, "kl_beta": 0.04, "kl_form": "flow_grpo", "edge_weighting": "transition"},
+    "flow_grpo_fast": {"advantage": "leaf", "clip.mode": "fixed", "clip.fixed": 1e-5, "prm_lambda": 0.0,
+                       "advantage_std": "global", "std_eps": 1e-4, "kl_form": "flow_grpo",
+                       "edge_weighting": "transition"},
+    "branchgrpo": {"node_value": "mean", "clip.mode": "fixed", "clip.fixed": 1e-3, "prm_lambda": 0.0,
+                   "std_ddof": 1, "flat_std": 1e-6, "edge_weighting": "transition"},
+    "diffusionnft": {"advantage": "leaf", "prm_lambda": 0.0, "advantage_std": "global",
+                     "std_eps": 1e-4, "edge_weighting": "transition"},
 }
 
 

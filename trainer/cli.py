@@ -145,14 +145,28 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks: the recipes side by side on the embedded default")
     kinds = p.add_subparsers(dest="bench", required=True)
     q = _bench_parser(kinds, "protocol", "every recipe as published, like for like, at its best rate, "
-                      "on equal images and equal seconds, over seeds; the paper's parts one at a time",
+                      "on equal images and equal seconds, over paired seeds; the paper's parts one at a time",
                       "runs/protocol", False)
     q.add_argument("--quick", action="store_true",
                    help="a smoke run of every arm (2 seeds, a few iterations, tiny batches): what CI runs")
+    q.add_argument("--arms", default=None, metavar="A,B,...",
+                   help="run only these arms (comma-separated names; default: all)")
     q.add_argument("--seeds", type=int, default=None, help="seeds per arm (default 5; --quick 2)")
     q.add_argument("--images", type=int, default=None, help="scored images per run (default 1536)")
     q.add_argument("--seconds", type=float, default=None,
                    help="equal-seconds budget (default: MixGRPO's time for the image budget)")
+    q.add_argument("--checkpoints", type=int, default=None,
+                   help="evaluations per budget, at k/N of it (default 8; --quick 2)")
+    q.add_argument("--lrs", default=None, metavar="LR,LR,...",
+                   help="the learning-rate grid (default 0.0004,0.0008,0.0016,0.0032)")
+    q.add_argument("--max-extensions", type=int, default=None,
+                   help="rates added per arm while its best is at the grid's edge (default 3)")
+    q.add_argument("--clock", choices=("auto", "cpu", "wall"), default=None,
+                   help="seconds of the equal-seconds budget: CPU seconds of the training process, wall "
+                        "seconds, or auto (CPU on a CPU, wall on a GPU; the default)")
+    q.add_argument("--task", choices=("taste", "scene"), default="taste",
+                   help="the embedded test bed's reward: taste (the scene reward mixed half and half with a "
+                        "taste for larger objects; the default) or scene alone; a given config keeps its own")
     q.add_argument("--docs", type=Path, default=None,
                    help="also write this results page (e.g. docs/results.md) and its plots beside it")
     q.set_defaults(func=_run_bench_protocol)
@@ -164,9 +178,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                   "runs/sampler", False).set_defaults(func=_run_bench_sampler)
 
 
-PROTOCOL_OVERRIDES = ("data.prompts_per_iteration=8", "data.eval_pairs=64")
-"""The protocol's test bed: the default config with 8 prompts per iteration (64 scored images)
-and 64 test pairs, so that 8 arms x 5 seeds x 2 budgets fit in about an hour on 2 CPU cores."""
+BUDGET_FLAGS = ("seeds", "images", "seconds", "checkpoints", "lrs", "max_extensions", "clock")
 
 
 def _protocol_command(args: argparse.Namespace) -> str:
@@ -175,9 +187,10 @@ def _protocol_command(args: argparse.Namespace) -> str:
 
     parts = ["treerpo", "bench", "protocol", *([args.config] if args.config else [])]
     parts += ["--quick"] if args.quick else []
-    for flag in ("seeds", "images", "seconds"):
+    parts += ["--task", args.task] if args.task != "taste" else []
+    for flag in ("arms", *BUDGET_FLAGS):
         if getattr(args, flag) is not None:
-            parts += [f"--{flag}", str(getattr(args, flag))]
+            parts += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     for override in args.overrides:
         parts += ["--set", override]
     parts += ["--out", str(args.out), *(["--docs", str(args.docs)] if args.docs else [])]
@@ -186,36 +199,30 @@ def _protocol_command(args: argparse.Namespace) -> str:
 
 def _run_bench_protocol(args: argparse.Namespace) -> int:
     import time
-    from dataclasses import replace
 
-    from .bench.protocol import QUICK, QUICK_OVERRIDES, Budget, run_protocol, save
+    from .bench.arms import select_arms
+    from .bench.protocol import bed_overrides, budget_for, run_protocol, save
     from .bench.report import format_summary, write_report
 
-    budget = QUICK if args.quick else Budget()
-    changes = {k: v for k, v in (("seeds", args.seeds), ("images", args.images), ("seconds", args.seconds))
-               if v is not None}
-    budget = replace(budget, **changes)
-    base = [*(QUICK_OVERRIDES if args.quick else PROTOCOL_OVERRIDES), *args.overrides]
+    budget = budget_for(args.quick, {flag: getattr(args, flag) for flag in BUDGET_FLAGS})
+    arms = select_arms(args.arms)
+    base = [*bed_overrides(args.quick, args.config, args.task), *args.overrides]
     start = time.perf_counter()
-    result = run_protocol(budget, base, args.config)
+    result = run_protocol(budget, base, args.config, arms, out=args.out)
     result.wall_s, result.command = time.perf_counter() - start, _protocol_command(args)
     save(result, args.out)
-    rows = write_report(result, args.out, args.docs)
-    print(format_summary(rows, result))
+    print(format_summary(write_report(result, args.out, args.docs)))
     print(f"written: {args.out / 'protocol.json'}, {args.out / 'bench.json'}, {args.out / 'results.md'}"
           + (f", {args.docs}" if args.docs else "") + f" ({result.wall_s / 60:.1f} min)")
     return 0
 
 
 def _run_bench_report(args: argparse.Namespace) -> int:
-    from .bench.protocol import ProtocolResult
     from .bench.report import format_summary, write_report
+    from .bench.results import load
 
-    path = args.out / "protocol.json"
-    if not path.is_file():
-        raise SystemExit(f"error: {path} not found: run `treerpo bench protocol --out {args.out}` first")
-    result = ProtocolResult.from_json(json.loads(path.read_text()))
-    print(format_summary(write_report(result, args.out, args.docs), result))
+    result = load(args.out)
+    print(format_summary(write_report(result, args.out, args.docs)))
     return 0
 
 

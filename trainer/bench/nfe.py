@@ -15,6 +15,7 @@ from ..core.objective import LossConfig, backward_over_tree, prepare_targets
 from ..core.strategies import (
     BranchGRPOConfig,
     DanceGRPOConfig,
+    DiffusionNFTConfig,
     FlowGRPOConfig,
     MixGRPOConfig,
     StrategyConfig,
@@ -23,6 +24,7 @@ from ..core.strategies import (
     closed_form,
 )
 from ..core.tree import rollout
+from ..training.nft import nft_rows
 
 # the example of docs/algorithm.md's forward counts: T = 25, window at 10, depth 4, binary branching
 PAPER_TREE = TreeConfig(steps=25, window_start=10, depth=4, branching=2)
@@ -49,6 +51,7 @@ def strategy_configs(tree: TreeConfig = PAPER_TREE, mixgrpo: MixGRPOConfig | Non
         "mixgrpo": mix,
         "mixgrpo_shared_trunk": replace(mix, share_trunk=True),
         "mixgrpo_flash": replace(mix, flash=True),
+        "diffusionnft": DiffusionNFTConfig(steps=tree.steps, group_size=g),
         "dynamic_treerpo": tree,
     }
 
@@ -63,6 +66,15 @@ def measure(config: StrategyConfig, steps: int) -> dict[str, float | int | str]:
     plan = build_plan(config, make_sigmas("shift", steps))
     tree = rollout(velocity, None, plan, seeds=[0], latent_shape=(2,))
     rewards = torch.rand(tree.leaf_node.numel(), generator=torch.Generator().manual_seed(0))
+    if isinstance(config, DiffusionNFTConfig):  # trains re-noised leaves, not the rollout's steps
+        rows = nft_rows(tree, config, 0, 0)[0].numel()
+        per_row = 3 if config.kl_beta > 0 else 2  # v_theta, v_old (and the reference)
+        expected = closed_form(config)
+        return {"rollout_nfe": tree.nfe, "train_nfe": rows * per_row, "train_edges": 0,
+                "scored_images": tree.leaf_node.numel(),
+                "rollout_nfe_per_image": tree.nfe / tree.leaf_node.numel(),
+                "closed_form_rollout_nfe": expected.rollout_nfe, "closed_form_train_nfe": expected.train_nfe,
+                "model_calls": tree.model_calls}
     targets = prepare_targets(tree, rewards, LossConfig())
     stats = backward_over_tree(velocity, None, tree, targets, LossConfig())
     expected = closed_form(config)

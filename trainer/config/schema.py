@@ -15,6 +15,7 @@ from ..core.running_scales import ClipSpreadConfig
 from ..core.strategies import (
     BranchGRPOConfig,
     DanceGRPOConfig,
+    DiffusionNFTConfig,
     FlowGRPOConfig,
     MixGRPOConfig,
     Strategy,
@@ -22,7 +23,7 @@ from ..core.strategies import (
     TreeConfig,
 )
 from .layout import YamlLayout
-from .published import published_loss
+from .published import EvalEma, published_ema, published_loss, published_updates
 
 # Options kept for experiments: each measured no better than its default on the embedded test bed
 # (docs/algorithm.md, "What moved the previous embedded default"). The math reads them in their
@@ -264,7 +265,10 @@ class TrainConfig:
     dancegrpo: DanceGRPOConfig = field(default_factory=lambda: DanceGRPOConfig(steps=10, group_size=8))
     flow_grpo: FlowGRPOConfig = field(default_factory=lambda: FlowGRPOConfig(steps=10, group_size=8))
     branchgrpo: BranchGRPOConfig = field(default_factory=lambda: BranchGRPOConfig(steps=10, splits=3))
+    diffusionnft: DiffusionNFTConfig = field(default_factory=lambda: DiffusionNFTConfig(steps=10,
+                                                                                        group_size=8))
     loss: LossConfig = field(default_factory=LossConfig)
+    eval_ema: EvalEma = field(default_factory=EvalEma)
     clip_spread: ClipSpreadConfig = field(default_factory=ClipSpreadConfig)
     data: DataConfig = field(default_factory=DataConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
@@ -302,9 +306,24 @@ class TrainConfig:
         return published_loss(self.strategy, self.loss) if self.uses_published_loss else self.loss
 
     @property
+    def effective_updates(self) -> int:
+        """Optimizer updates per rollout: a baseline's published number, else ``optim``'s."""
+        if self.uses_published_loss:
+            return published_updates(self.strategy)
+        return self.optim.updates_per_iteration
+
+    @property
+    def effective_eval_ema(self) -> EvalEma:
+        """Whether evaluation uses an average of the weights: as the baseline publishes, else ``eval_ema``."""
+        return published_ema(self.strategy) if self.uses_published_loss else self.eval_ema
+
+    @property
     def effective_clip_spread(self) -> ClipSpreadConfig:
-        """The clip-spread rescale this run uses: off for a baseline's published (fixed) clip."""
-        return replace(self.clip_spread, enabled=False) if self.uses_published_loss else self.clip_spread
+        """The clip-spread rescale this run uses: off for a baseline's published (fixed) clip, unless
+        ``clip_spread.on_baselines``."""
+        if self.uses_published_loss and not self.clip_spread.on_baselines:
+            return replace(self.clip_spread, enabled=False)
+        return self.clip_spread
 
     @property
     def strategy_config(self) -> StrategyConfig:
@@ -317,4 +336,6 @@ class TrainConfig:
             return replace(self.flow_grpo, fast=self.strategy == "flow_grpo_fast")
         if self.strategy == "branchgrpo":
             return self.branchgrpo
+        if self.strategy == "diffusionnft":
+            return self.diffusionnft
         return replace(self.mixgrpo, flash=self.strategy == "mixgrpo_flash")

@@ -28,18 +28,22 @@ AdvantageBaseline = Literal["depth", "parent"]
 against its siblings' mean (the value of the state it was sampled from), so differences made by
 earlier branchings are not credited to this step; the result is scaled by its spread over the
 prompt and depth, as ``depth`` is."""
-StdScope = Literal["group", "batch"]
-"""Where the advantage's std comes from. ``group`` (the paper): each (prompt, depth) group's own.
-``batch``: the nodes of that depth over every prompt of the iteration, on every rank of a
-data-parallel run (Flow-GRPO's global std), so a prompt whose images barely differ gets small
-advantages instead of unit-size ones; the mean stays the group's own."""
+StdScope = Literal["group", "batch", "global"]
+"""Where the advantage's std comes from; the mean is always the (prompt, depth) group's own.
+``group`` (the paper): each (prompt, depth) group's own std. ``batch``: the spread of the centred
+values of that depth over every prompt of the iteration, on every rank of a data-parallel run (the
+within-prompt spread pooled), so a prompt whose images barely differ gets small advantages instead of
+unit-size ones. ``global``: the std of the raw values of that depth over the whole batch, the spread
+between prompts included, as Flow-GRPO's ``global_std`` computes it (flow_grpo@ac4c86e
+``flow_grpo/stat_tracking.py`` 27: ``np.std`` of every gathered reward)."""
 Reduce = Callable[[Tensor], Tensor]
 """Sums a tensor over the ranks of a data-parallel run (identity in one process)."""
 STD_EPS = 1e-8
 
 
-def group_stats(values: Tensor, groups: Tensor) -> tuple[Tensor, Tensor]:
-    """Per element, the mean and population std of its group's values."""
+def group_stats(values: Tensor, groups: Tensor, ddof: int = 0) -> tuple[Tensor, Tensor]:
+    """Per element, the mean and std of its group's values (``ddof`` 0: population std; 1: the
+    sample std of ``torch.std``, which DanceGRPO, MixGRPO and BranchGRPO use; a group of one has std 0)."""
     groups = groups.to(values.device)
     num = int(groups.max().item()) + 1 if groups.numel() else 0
     count = torch.zeros(num, dtype=values.dtype, device=values.device).index_add_(
@@ -47,36 +51,46 @@ def group_stats(values: Tensor, groups: Tensor) -> tuple[Tensor, Tensor]:
     total = torch.zeros_like(count).index_add_(0, groups, values)
     mean = total / count.clamp(min=1)
     dev = (values - mean[groups]) ** 2
-    var = torch.zeros_like(count).index_add_(0, groups, dev) / count.clamp(min=1)
+    var = torch.zeros_like(count).index_add_(0, groups, dev) / (count - ddof).clamp(min=1)
     return mean[groups], var.sqrt()[groups]
 
 
 def normalise_in_groups(values: Tensor, groups: Tensor, clip: float | None = None,
                         scale: AdvantageScale = "std", std_groups: Tensor | None = None,
-                        reduce: Reduce | None = None) -> Tensor:
-    """``(x - mean) / (std + 1e-8)`` within groups (``scale="none"``: ``x - mean``), optionally
-    clipped to ``+-clip``. ``std_groups``: take the std of the centred values over these coarser
-    groups instead, summed over ranks by ``reduce`` (the ``batch`` scope)."""
-    mean, std = group_stats(values, groups)
+                        reduce: Reduce | None = None, *, ddof: int = 0, eps: float = STD_EPS,
+                        flat_below: float = 0.0, raw_std: bool = False) -> Tensor:
+    """``(x - mean) / (std + eps)`` within groups (``scale="none"``: ``x - mean``), optionally
+    clipped to ``+-clip``. ``std_groups``: take the std over these coarser groups instead, summed over
+    ranks by ``reduce``: of the centred values (the ``batch`` scope), or with ``raw_std`` of the values
+    themselves (the ``global`` scope). ``flat_below``: a group whose std is below it gets advantage 0
+    (BranchGRPO's rule, ``train_branchgrpo_flux.py`` 675-676)."""
+    mean, std = group_stats(values, groups, ddof)
     if scale not in ("std", "none"):
         raise ValueError(f"unknown advantage scale {scale!r}; expected 'std' or 'none'")
     if std_groups is not None:
-        std = pooled_std(values - mean, std_groups, reduce)
-    out = (values - mean) / (std + STD_EPS) if scale == "std" else values - mean
+        std = pooled_std(values if raw_std else values - mean, std_groups, reduce, ddof, centre=raw_std)
+    out = (values - mean) / (std + eps) if scale == "std" else values - mean
+    if flat_below > 0.0:
+        out = torch.where(std < flat_below, torch.zeros_like(out), out)
     return out.clamp(-clip, clip) if clip is not None else out
 
 
-def pooled_std(centred: Tensor, groups: Tensor, reduce: Reduce | None = None) -> Tensor:
-    """Per element, ``sqrt(mean of squares)`` of the centred values of its group, the sums taken
-    over every rank by ``reduce`` (so every rank gets the whole batch's std)."""
+def pooled_std(values: Tensor, groups: Tensor, reduce: Reduce | None = None, ddof: int = 0,
+               centre: bool = False) -> Tensor:
+    """Per element, the std of its coarse group's values, the sums taken over every rank by
+    ``reduce`` (so every rank gets the whole batch's std): ``sqrt(mean of squares)`` of already
+    centred values, or with ``centre`` the std of raw values about their group's mean."""
     num = int(groups.max().item()) + 1 if groups.numel() else 0
-    sums = torch.zeros(2, num, dtype=torch.float64)
-    sums[0].index_add_(0, groups.cpu(), centred.detach().double().cpu() ** 2)
+    sums = torch.zeros(3, num, dtype=torch.float64)
+    flat = values.detach().double().cpu()
+    sums[0].index_add_(0, groups.cpu(), flat**2)
     sums[1].index_add_(0, groups.cpu(), torch.ones(groups.numel(), dtype=torch.float64))
+    sums[2].index_add_(0, groups.cpu(), flat)
     if reduce is not None:
         sums = reduce(sums)
-    std = (sums[0] / sums[1].clamp(min=1)).sqrt().to(centred.dtype)
-    return std.to(centred.device)[groups.to(centred.device)]
+    square = sums[0] - (sums[2] ** 2 / sums[1].clamp(min=1) if centre else 0.0)
+    std = (square.clamp(min=0.0) / (sums[1] - ddof).clamp(min=1)).sqrt().to(values.dtype)
+    return std.to(values.device)[groups.to(values.device)]
 
 
 def combine_rewards(rewards: Tensor, groups: Tensor, weights: Tensor | None = None) -> Tensor:
@@ -130,12 +144,14 @@ def depth_groups(tree: Tree) -> Tensor:
 
 def node_advantages(tree: Tree, values: Tensor, clip: float = 5.0,
                     scale: AdvantageScale = "std", baseline: AdvantageBaseline = "depth",
-                    std_scope: StdScope = "group", reduce: Reduce | None = None) -> Tensor:
+                    std_scope: StdScope = "group", reduce: Reduce | None = None, *, ddof: int = 0,
+                    eps: float = STD_EPS, flat_below: float = 0.0) -> Tensor:
     """Per node: its value normalised within its (prompt, depth) group (``depth``), or centred on
     its siblings and scaled by the group's spread of those differences (``parent``), clipped."""
     std_groups = _std_groups(std_scope, tree.node_depth)
+    options = dict(ddof=ddof, eps=eps, flat_below=flat_below, raw_std=std_scope == "global")
     if baseline == "depth":
-        return normalise_in_groups(values, depth_groups(tree), clip, scale, std_groups, reduce)
+        return normalise_in_groups(values, depth_groups(tree), clip, scale, std_groups, reduce, **options)
     if baseline != "parent":
         raise ValueError(f"unknown advantage baseline {baseline!r}; expected 'depth' or 'parent'")
     parent = tree.node_parent.clone()
@@ -143,29 +159,41 @@ def node_advantages(tree: Tree, values: Tensor, clip: float = 5.0,
     parent[roots] = tree.num_nodes + torch.arange(int(roots.sum()))
     centred = values.float() - group_stats(values.float(), parent)[0]
     # a (prompt, depth) group holds whole sibling sets, so its centred values already have mean 0
-    return normalise_in_groups(centred, depth_groups(tree), clip, scale, std_groups, reduce)
+    return normalise_in_groups(centred, depth_groups(tree), clip, scale, std_groups, reduce, **options)
 
 
 def _std_groups(scope: StdScope, coarse: Tensor) -> Tensor | None:
-    if scope not in ("group", "batch"):
-        raise ValueError(f"unknown advantage_std {scope!r}; expected 'group' or 'batch'")
-    return coarse if scope == "batch" else None
+    if scope not in ("group", "batch", "global"):
+        raise ValueError(f"unknown advantage_std {scope!r}; expected 'group', 'batch' or 'global'")
+    return coarse if scope != "group" else None
 
 
 def edge_advantages(tree: Tree, leaf_values: Tensor, mode: AdvantageMode = "tree",
                     value: NodeValue = "max", clip: float = 5.0,
                     scale: AdvantageScale = "std", baseline: AdvantageBaseline = "depth",
-                    std_scope: StdScope = "group", reduce: Reduce | None = None) -> Tensor:
+                    std_scope: StdScope = "group", reduce: Reduce | None = None, *, ddof: int = 0,
+                    eps: float = STD_EPS, flat_below: float = 0.0) -> Tensor:
     """Advantage of every edge of ``tree`` (``[E]``), by ``tree`` or ``leaf`` mode."""
+    options = dict(ddof=ddof, eps=eps, flat_below=flat_below)
     if mode == "tree":
         values = node_values(tree, leaf_values, value)
-        return node_advantages(tree, values, clip, scale, baseline, std_scope, reduce)[tree.edge_child]
+        return node_advantages(tree, values, clip, scale, baseline, std_scope, reduce,
+                               **options)[tree.edge_child]
     if mode == "leaf":
-        std_groups = _std_groups(std_scope, torch.zeros(tree.leaf_node.numel(), dtype=torch.long))
-        leaf_adv = normalise_in_groups(leaf_values.float().cpu(), tree.node_prompt[tree.leaf_node],
-                                       clip, scale, std_groups, reduce)
-        return node_values(tree, leaf_adv, "mean")[tree.edge_child]
+        return node_values(tree, leaf_advantages(tree, leaf_values, clip, scale, std_scope, reduce,
+                                                 **options), "mean")[tree.edge_child]
     raise ValueError(f"unknown advantage mode {mode!r}; expected 'tree' or 'leaf'")
+
+
+def leaf_advantages(tree: Tree, leaf_values: Tensor, clip: float | None = 5.0,
+                    scale: AdvantageScale = "std", std_scope: StdScope = "group",
+                    reduce: Reduce | None = None, *, ddof: int = 0, eps: float = STD_EPS,
+                    flat_below: float = 0.0) -> Tensor:
+    """GRPO's advantage of every leaf: its value normalised among its prompt's leaves (``[L]``)."""
+    std_groups = _std_groups(std_scope, torch.zeros(tree.leaf_node.numel(), dtype=torch.long))
+    return normalise_in_groups(leaf_values.float().cpu(), tree.node_prompt[tree.leaf_node], clip, scale,
+                               std_groups, reduce, ddof=ddof, eps=eps, flat_below=flat_below,
+                               raw_std=std_scope == "global")
 
 
 def best_leaf_index(tree: Tree, leaf_values: Tensor) -> Tensor:

@@ -20,6 +20,11 @@ from torch import Tensor
 ScheduleKind = Literal["linear", "shift", "flux"]
 SdeKind = Literal["flow_grpo", "dance", "cps"]
 SDE_KINDS: tuple[str, ...] = get_args(SdeKind)
+LogProbForm = Literal["gaussian", "unnormalised"]
+"""``gaussian``: the step's Gaussian log-density. ``unnormalised``: ``-(x - mean)^2`` with every
+constant removed, no ``1 / (2 std^2)`` and no ``log std``, as Flow-GRPO's code computes it for its
+coefficient-preserving (cps) step (flow_grpo@9745241 ``flow_grpo/diffusers_patch/sd3_sde_with_logprob.py``
+85-89, "remove all constants"); its ratios, and so what a clip range means, differ by ``1 / (2 std^2)``."""
 SCHEDULE_KINDS: tuple[str, ...] = ("linear", "shift", "flux")
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -235,22 +240,29 @@ def sde_transition(kind: SdeKind, x: Tensor, v: Tensor, sigma: Tensor | float,
     return Gaussian(mean, g * torch.sqrt(delta), subspace)
 
 
-def gaussian_log_prob(sample: Tensor, dist: Gaussian, reduce: Literal["mean", "sum"] = "mean"
-                      ) -> Tensor:
+def gaussian_log_prob(sample: Tensor, dist: Gaussian, reduce: Literal["mean", "sum"] = "mean",
+                      form: LogProbForm = "gaussian") -> Tensor:
     """Log-density of ``sample`` under ``dist``, reduced over the noised dimensions per sample.
 
     ``mean`` (default, as all anchors do) keeps ratios near 1; ``sum`` is the true density.
     With a pooled noise subspace the density is that of ``P (sample - mean)`` over the
-    subspace's ``fraction * D`` dimensions.
+    subspace's ``fraction * D`` dimensions. ``form`` (see :data:`LogProbForm`).
     """
     if reduce not in ("mean", "sum"):
         raise ValueError(f"unknown log-prob reduction {reduce!r}; expected 'mean' or 'sum'")
+    if form not in ("gaussian", "unnormalised"):
+        raise ValueError(f"unknown log-prob form {form!r}; expected 'gaussian' or 'unnormalised'")
     sample = sample.float()
     std = _per_sample(dist.std, sample)
     if dist.subspace.full:
-        elem = -((sample - dist.mean) ** 2) / (2.0 * std**2) - torch.log(std) - _LOG_SQRT_2PI
+        if form == "unnormalised":
+            elem = -((sample - dist.mean) ** 2)
+        else:
+            elem = -((sample - dist.mean) ** 2) / (2.0 * std**2) - torch.log(std) - _LOG_SQRT_2PI
         flat = elem.flatten(1)
         return flat.mean(dim=1) if reduce == "mean" else flat.sum(dim=1)
+    if form == "unnormalised":
+        raise ValueError("the unnormalised log-probability is Flow-GRPO's, for isotropic noise only")
     dims = sample[0].numel() * dist.subspace.fraction
     residual = dist.subspace.project(sample - dist.mean)
     square = (residual**2).flatten(1).sum(dim=1) / (2.0 * std.flatten() ** 2)

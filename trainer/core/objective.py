@@ -60,6 +60,16 @@ PrmScale = Literal["logprob", "velocity"]
 negative log-likelihood (a KL between equal-std Gaussians) of the step the target velocity would
 take under the step the model takes. Without it the velocity MSE's gradient is hundreds of times
 the policy gradient's and, with Adam, drowns it. ``velocity``: the raw MSE of docs/algorithm.md."""
+EdgeWeighting = Literal["layer", "transition"]
+"""How the GRPO term averages its edges. ``layer`` (the paper's reading, docs/algorithm.md): a mean over
+tree layers of the mean over each layer's edges. ``transition``: every trained (sample, step) edge
+weighs the same, as DanceGRPO (15cc71d ``fastvideo/train_grpo_flux.py`` 603) and BranchGRPO
+(19fbb9f ``fastvideo/train_branchgrpo_flux.py`` 1575) average their loss."""
+KlForm = Literal["step", "flow_grpo"]
+"""The KL term to the reference model. ``step``: the KL between the two steps' Gaussians (mean
+difference squared over twice the step variance ``g^2 D``). ``flow_grpo``: Flow-GRPO's, over twice
+``g^2`` without the step size ``D`` (flow_grpo@ac4c86e ``scripts/train_sd3.py`` 894-897), ``1 / D``
+times weaker (7 to 14 times on a 10-step, shift-3 grid)."""
 PrmWeight = Literal["sigmoid", "tanh"]
 """How the LayerTuning weight ``w_k`` of a layer is set. ``sigmoid``: ``sigmoid(eta (V(n*) - mean_k) /
 std_k)``, the first reading, always >= 0.5 (0.5 on a flat layer); ``tanh``: ``tanh(eta (V(n*) -
@@ -86,6 +96,18 @@ class LossConfig:
     prm_scale: PrmScale = "logprob"
     kl_beta: float = 0.0
     step_scale: StepScale = "none"
+    edge_weighting: EdgeWeighting = "layer"
+    kl_form: KlForm = "step"
+    std_ddof: int = 0
+    std_eps: float = 1e-8
+    flat_std: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.std_ddof not in (0, 1):
+            raise ValueError(f"loss.std_ddof must be 0 (population std) or 1 (sample std), "
+                             f"got {self.std_ddof}")
+        if self.std_eps <= 0 or self.flat_std < 0:
+            raise ValueError("loss.std_eps must be > 0 and loss.flat_std >= 0")
 
 
 @dataclass
@@ -113,12 +135,18 @@ def layer_groups(tree: Tree, forwards: Tensor) -> Tensor:
     return tree.fwd_prompt[forwards] * steps + tree.fwd_step[forwards]
 
 
-def _edge_weights(tree: Tree) -> Tensor:
-    """``1 / (layers * edges in the layer)`` on trained edges: mean over layers of edge means."""
+def _edge_weights(tree: Tree, weighting: EdgeWeighting = "layer") -> Tensor:
+    """Per trained edge: ``1 / (layers * edges in the layer)`` (a mean over layers of edge means) or,
+    ``transition``, ``1 / trained edges`` (every edge alike); 0 for untrained edges."""
     weight = torch.zeros(tree.edge_train.shape)
     trained = tree.edge_train.nonzero().flatten()
     if trained.numel() == 0:
         return weight
+    if weighting == "transition":
+        weight[trained] = 1.0 / trained.numel()
+        return weight
+    if weighting != "layer":
+        raise ValueError(f"unknown edge_weighting {weighting!r}; expected 'layer' or 'transition'")
     steps = tree.edge_step[trained]
     layers, per_layer = torch.unique(steps, return_counts=True)
     count = dict(zip(layers.tolist(), per_layer.tolist(), strict=True))
@@ -154,7 +182,8 @@ def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
     leaf_value = combine_rewards(rewards, leaf_prompt, reward_weights)
     values = node_values(tree, leaf_value, config.node_value)
     adv = edge_advantages(tree, leaf_value, config.advantage, config.node_value, config.adv_clip,
-                          config.advantage_scale, config.advantage_baseline, config.advantage_std, reduce)
+                          config.advantage_scale, config.advantage_baseline, config.advantage_std, reduce,
+                          ddof=config.std_ddof, eps=config.std_eps, flat_below=config.flat_std)
     low, high = clip_bounds(adv, config.clip)
 
     forwards = tree.trained_forwards
@@ -198,7 +227,7 @@ def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
             raise ValueError(f"unknown prm_target {config.prm_target!r}; "
                              "expected 'x0', 'path' or 'renoise'")
     factor = step_factors(tree, config.step_scale)
-    edge_weight = _edge_weights(tree) * factor[tree.edge_forward]
+    edge_weight = _edge_weights(tree, config.edge_weighting) * factor[tree.edge_forward]
     noise = None
     if config.prm_target == "renoise" and config.prm_lambda != 0.0:
         # one generator per prompt (its index in the whole batch): the same noise however the
@@ -244,7 +273,8 @@ def microbatch_loss(velocity: VelocityFn, cond: Cond, tree: Tree, targets: Train
     edges = ((local[tree.edge_forward] >= 0) & tree.edge_train).nonzero().flatten()
     pos = local[tree.edge_forward[edges]].to(x.device)
     edge_dist = dist.rows(pos)
-    log_prob = gaussian_log_prob(tree.edge_x_child[edges], edge_dist, tree.plan.log_prob_reduction)
+    log_prob = gaussian_log_prob(tree.edge_x_child[edges], edge_dist, tree.plan.log_prob_reduction,
+                                 tree.plan.log_prob_form)
     dev = x.device
     parts = grpo_edge_loss(log_prob, tree.edge_log_prob_old[edges].to(dev),
                            targets.edge_advantage[edges].to(dev), targets.edge_low[edges].to(dev),
@@ -277,7 +307,10 @@ def microbatch_loss(velocity: VelocityFn, cond: Cond, tree: Tree, targets: Train
         ref = sde_transition(tree.plan.sde_kind, x, v_ref, sigma, tree.fwd_sigma_next[forwards],
                              tree.fwd_noise_level[forwards], tree.plan.noise)
         share = targets.fwd_scale[forwards].to(dev) / max(1, targets.train_forwards.numel())
-        kl = (gaussian_kl_same_std(dist.mean, ref.mean, dist.std) * share).sum()
+        std = dist.std
+        if config.kl_form == "flow_grpo":  # g, not g sqrt(D): Flow-GRPO's std_dev_t
+            std = std / (sigma - tree.fwd_sigma_next[forwards].to(dev)).clamp(min=1e-12).sqrt()
+        kl = (gaussian_kl_same_std(dist.mean, ref.mean, std) * share).sum()
 
     total = grpo + config.prm_lambda * prm + config.kl_beta * kl
     return LossParts(total, grpo.detach(), prm.detach(), kl.detach(), parts.ratio.detach(),

@@ -25,11 +25,14 @@ from .losses import ClipConfig, ratio_spread
 @dataclass(frozen=True)
 class ClipSpreadConfig:
     """Make clipping bind: scale the clip bounds so ``eps_high`` sits at a quantile of the
-    measured ``|r - 1|`` of recent updates (an exponential moving average). Off: bounds as set."""
+    measured ``|r - 1|`` of recent updates (an exponential moving average). Off: bounds as set.
+    ``on_baselines``: a baseline with its published (fixed) clip takes the rescale too; off by
+    default, as no baseline publishes it (the protocol's clip treatments switch it on)."""
 
     enabled: bool = True
     quantile: float = 0.9
     momentum: float = 0.9
+    on_baselines: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 < self.quantile <= 1.0:

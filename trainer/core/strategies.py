@@ -22,7 +22,7 @@ from .tree import RolloutPlan, StepOp
 Tail = Literal["euler", "dpm2m"]
 WindowSchedule = Literal["progressive", "random", "fixed"]
 Strategy = Literal["dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo", "flow_grpo",
-                   "flow_grpo_fast", "branchgrpo"]
+                   "flow_grpo_fast", "branchgrpo", "diffusionnft"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)  # the one list: config, nodes and benchmarks read it
 
 
@@ -108,49 +108,83 @@ class DanceGRPOConfig:
 class FlowGRPOConfig:
     """Flow-GRPO (yifan123/flow_grpo): ``group_size`` trajectories from independent initial noise,
     SDE (``noise_level`` a) at every step but the last, every SDE step trained (its
-    ``timestep_fraction`` 0.99 of 10 steps). ``fast`` (Flow-GRPO-Fast): ODE everywhere but
-    ``fast_sde_steps`` consecutive SDE steps at a position drawn each iteration, and only those
-    trained. ``noise_pool`` as in :class:`TreeConfig`."""
+    ``timestep_fraction`` 0.99 of 10 steps). ``fast`` (Flow-GRPO-Fast, its ``geneval_sd3_fast_nocfg``
+    config at 9745241, ``config/grpo.py`` 185-191): ODE everywhere but ``fast_sde_steps`` (3)
+    consecutive SDE steps of its own form and noise (``fast_sde_kind`` cps at ``fast_noise_level``
+    0.8, with the cps step's unnormalised log-probability), only those trained, their start drawn
+    each iteration from ``[0, T // 2 - fast_sde_steps]`` (its window range ``(0, num_steps // 2)``,
+    ``sd3_pipeline_with_logprob_fast.py`` 136-139; at our ``T = 10``, SD3's own, the same
+    ``[0, 2]``). ``noise_pool`` as in :class:`TreeConfig`."""
 
     steps: int = 10
     group_size: int = 12
     noise_level: float = 0.7
     sde_kind: SdeKind = "flow_grpo"
     fast: bool = False
-    fast_sde_steps: int = 2
+    fast_sde_steps: int = 3
+    fast_noise_level: float = 0.8
+    fast_sde_kind: SdeKind = "cps"
     noise_pool: int = 1
 
     @property
     def max_window_start(self) -> int:
-        """Last start of Flow-GRPO-Fast's SDE steps that avoids the final step."""
-        return self.steps - 1 - self.fast_sde_steps
+        """Last start of Flow-GRPO-Fast's SDE steps: the window lies in the first half of the steps."""
+        return max(0, self.steps // 2 - self.fast_sde_steps)
 
 
 @dataclass(frozen=True)
 class BranchGRPOConfig:
-    """BranchGRPO (Fredreic1849/BranchGRPO): one root per prompt, SDE (constant ``eta``, DanceGRPO's
-    step) at every step but the last, a binary split at ``splits`` evenly spaced steps
-    ``0, T // splits, 2 T // splits, ...`` (its ``tree_split_rounds``), split steps drawing their
-    noise ``split_noise_scale`` times larger; every edge trained. Pruning is off in its published
-    script and not modelled. ``noise_pool`` as in :class:`TreeConfig`."""
+    """BranchGRPO (Fredreic1849/BranchGRPO@19fbb9f): one root per prompt, SDE (constant ``eta``,
+    DanceGRPO's step) at every step but the last, a split into ``branching`` children at ``splits``
+    steps spaced ``split_spacing`` of the steps apart (its script's ``0,3,6,9`` of 20: the first 45%;
+    ``scripts/finetune/finetune_flux_branchgrpo_8gpus.sh`` 28), split steps drawing their noise
+    ``split_noise_scale`` times larger while the drift and the density keep ``eta``
+    (``train_branchgrpo_flux.py`` 271-279); every edge trained. Pruning is off in its published script
+    and not modelled. ``noise_pool`` as in :class:`TreeConfig`."""
 
     steps: int = 20
     splits: int = 4
     branching: int = 2
     eta: float = 0.3
     split_noise_scale: float = 4.0
+    split_spacing: float = 0.15
     sde_kind: SdeKind = "dance"
     noise_pool: int = 1
 
     @property
     def split_steps(self) -> tuple[int, ...]:
-        """The steps that branch: ``i * (T // splits)`` for ``i < splits``."""
-        interval = self.steps // self.splits if self.splits else 0
-        return tuple(i * interval for i in range(self.splits))
+        """The steps that branch: ``round(i * split_spacing * T)`` for ``i < splits`` (0, 3, 6, 9 of
+        20 steps; 0, 2, 3 of 10)."""
+        return tuple(sorted({round(i * self.split_spacing * self.steps) for i in range(self.splits)}))
+
+
+@dataclass(frozen=True)
+class DiffusionNFTConfig:
+    """DiffusionNFT (NVlabs/DiffusionNFT@24af555): ``group_size`` images per prompt from independent
+    noise, sampled by the old policy with the deterministic DPM-Solver++(2M) at every step (no SDE, no
+    CFG: ``config/nft.py`` 64-66); the model then trains on those clean images with
+    :func:`~.nft.nft_loss` at ``train_fraction`` of the sampler's own noise levels, drawn per image.
+    ``beta`` (1.0), ``adv_clip`` (5), ``kl_beta`` (1e-4, to the LoRA-free model) and the old policy's
+    ``decay_schedule`` (1: ``min(0.001 step, 0.5)``) are its defaults (``config/nft.py`` 61,
+    ``config/base.py`` 84 and 89, ``train_nft_sd3.py`` 169-189)."""
+
+    steps: int = 10
+    group_size: int = 24
+    beta: float = 1.0
+    train_fraction: float = 0.99
+    adv_clip: float = 5.0
+    kl_beta: float = 1e-4
+    decay_schedule: int = 1
+
+    def __post_init__(self) -> None:
+        if self.steps < 2 or self.group_size < 2:
+            raise ValueError("diffusionnft.steps and diffusionnft.group_size must be >= 2")
+        if self.beta <= 0 or not 0.0 < self.train_fraction <= 1.0:
+            raise ValueError("diffusionnft.beta must be > 0 and train_fraction in (0, 1]")
 
 
 StrategyConfig = (TreeConfig | MixGRPOConfig | DanceGRPOConfig | FlowGRPOConfig
-                  | BranchGRPOConfig)
+                  | BranchGRPOConfig | DiffusionNFTConfig)
 
 
 def strategy_name(config: StrategyConfig) -> str:
@@ -163,6 +197,8 @@ def strategy_name(config: StrategyConfig) -> str:
         return "flow_grpo_fast" if config.fast else "flow_grpo"
     if isinstance(config, BranchGRPOConfig):
         return "branchgrpo"
+    if isinstance(config, DiffusionNFTConfig):
+        return "diffusionnft"
     return "dancegrpo"
 
 
@@ -187,10 +223,16 @@ def tree_noise_levels(config: TreeConfig) -> list[float]:
 
 
 def compressed_tail_steps(remaining: int, compression: float) -> int:
-    """Steps of a compressed tail: ``max(1, round(c * remaining))``."""
+    """Steps of a compressed tail after ``remaining`` Euler steps would have been left, as MixGRPO-Flash
+    counts them: ``int(max((remaining + 1) c, 1))`` grid points from the step after the last SDE step
+    to 0 (``T - l_last = remaining + 1``), so one step fewer, at least one
+    (Tencent-Hunyuan/MixGRPO@e5cdd6a ``fastvideo/utils/sampling_utils.py`` 37-54)."""
     if not 0.0 < compression <= 1.0:
         raise ValueError(f"tail_compression must be in (0, 1], got {compression}")
-    return max(1, round(compression * remaining)) if remaining > 0 else 0
+    if remaining <= 0:
+        return 0
+    points = int(max((remaining + 1) * compression, 1.0))
+    return max(1, points - 1)
 
 
 def _tail_ops(sigmas: list[float], start: int, solver: Tail, compression: float) -> list[StepOp]:
@@ -278,44 +320,60 @@ def dancegrpo_plan(config: DanceGRPOConfig, sigmas: Tensor,
 def flow_grpo_plan(config: FlowGRPOConfig, sigmas: Tensor, seed: int = 0,
                    log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
     """Flow-GRPO: SDE and trained at steps ``0 .. T-2``, a deterministic last step, independent
-    initial noise per image. Fast: SDE (trained) only at ``fast_sde_steps`` steps from a start drawn
-    from ``seed``, ODE elsewhere."""
+    initial noise per image. Fast: SDE (trained) only at ``fast_sde_steps`` steps of its own form and
+    noise, from a start drawn from ``seed`` in the first half of the steps, ODE elsewhere."""
     grid = _check_grid(sigmas, config.steps)
     if config.steps < 2:
         raise ValueError("Flow-GRPO needs steps >= 2 (the last step is deterministic)")
+    kind, level, form = config.sde_kind, config.noise_level, "gaussian"
     if config.fast:
         if not 1 <= config.fast_sde_steps <= config.steps - 1:
             raise ValueError(f"flow_grpo.fast_sde_steps must be in [1, {config.steps - 1}], "
                              f"got {config.fast_sde_steps}")
         start = random.Random(seed).randint(0, config.max_window_start)
-        sde = range(start, start + config.fast_sde_steps)
+        sde = range(start, min(start + config.fast_sde_steps, config.steps - 1))
+        kind, level = config.fast_sde_kind, config.fast_noise_level
+        form = "unnormalised" if kind == "cps" else "gaussian"
     else:
         start, sde = 0, range(config.steps - 1)
-    ops = [StepOp(grid[i], grid[i + 1], "sde", 1, config.noise_level, train=True) if i in sde
+    ops = [StepOp(grid[i], grid[i + 1], "sde", 1, level, train=True) if i in sde
            else StepOp(grid[i], grid[i + 1]) for i in range(config.steps)]
     return RolloutPlan(strategy_name(config), tuple(ops), config.group_size,
-                       shared_root_noise=False, sde_kind=config.sde_kind, window_start=start,
-                       log_prob_reduction=log_prob_reduction, noise=NoiseSubspace(config.noise_pool))
+                       shared_root_noise=False, sde_kind=kind, window_start=start,
+                       log_prob_reduction=log_prob_reduction, log_prob_form=form,
+                       noise=NoiseSubspace(config.noise_pool))
 
 
 def branchgrpo_plan(config: BranchGRPOConfig, sigmas: Tensor,
                     log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
-    """BranchGRPO: one root, SDE and trained at steps ``0 .. T-2`` (branching at the split steps,
-    with the split noise scale on their noise level), a deterministic last step."""
+    """BranchGRPO: one root, SDE and trained at steps ``0 .. T-2`` (branching at the split steps, whose
+    drawn noise is ``split_noise_scale`` times larger), a deterministic last step."""
     grid = _check_grid(sigmas, config.steps)
     if config.splits < 1 or config.branching < 2:
         raise ValueError("branchgrpo.splits must be >= 1 and branchgrpo.branching >= 2")
-    if config.steps // config.splits < 1 or config.split_steps[-1] > config.steps - 2:
-        raise ValueError(f"branchgrpo: {config.splits} splits do not fit before the last of "
-                         f"{config.steps} steps")
+    if not 0.0 < config.split_spacing <= 1.0:
+        raise ValueError(f"branchgrpo.split_spacing must be in (0, 1], got {config.split_spacing}")
     splits = set(config.split_steps)
-    ops = [StepOp(grid[i], grid[i + 1], "sde", config.branching if i in splits else 1,
-                  config.eta * (config.split_noise_scale if i in splits else 1.0), train=True)
+    if len(splits) < config.splits or max(splits) > config.steps - 2:
+        raise ValueError(f"branchgrpo: {config.splits} splits {config.split_spacing:g} of the steps apart "
+                         f"do not fit before the last of {config.steps} steps")
+    ops = [StepOp(grid[i], grid[i + 1], "sde", config.branching if i in splits else 1, config.eta,
+                  train=True, noise_scale=config.split_noise_scale if i in splits else 1.0)
            for i in range(config.steps - 1)]
     ops.append(StepOp(grid[-2], grid[-1]))
     return RolloutPlan("branchgrpo", tuple(ops), 1, shared_root_noise=True, sde_kind=config.sde_kind,
                        window_start=0, log_prob_reduction=log_prob_reduction,
                        noise=NoiseSubspace(config.noise_pool))
+
+
+def diffusionnft_plan(config: DiffusionNFTConfig, sigmas: Tensor) -> RolloutPlan:
+    """DiffusionNFT's sampler: DPM-Solver++(2M) on every step of the grid (the first and the last
+    first order), ``group_size`` roots per prompt from independent noise; no SDE step, so the tree has
+    no edges: the objective trains on the leaves alone."""
+    grid = _check_grid(sigmas, config.steps)
+    ops = [StepOp(grid[i], grid[i + 1], "dpm2m") for i in range(config.steps)]
+    return RolloutPlan("diffusionnft", tuple(ops), config.group_size, shared_root_noise=False,
+                       sde_kind="flow_grpo", window_start=0)
 
 
 def build_plan(config: StrategyConfig, sigmas: Tensor, window_start: int | None = None,
@@ -334,6 +392,8 @@ def build_plan(config: StrategyConfig, sigmas: Tensor, window_start: int | None 
         plan = flow_grpo_plan(config, sigmas, seed, log_prob_reduction)
     elif isinstance(config, BranchGRPOConfig):
         plan = branchgrpo_plan(config, sigmas, log_prob_reduction)
+    elif isinstance(config, DiffusionNFTConfig):
+        plan = diffusionnft_plan(config, sigmas)
     else:
         raise TypeError(f"not a strategy config: {type(config).__name__}")
     if noise_unshuffle == plan.noise.unshuffle:
@@ -407,6 +467,11 @@ def closed_form(config: StrategyConfig, window_start: int | None = None) -> Comp
         g, t = config.group_size, config.steps
         trained = config.fast_sde_steps if config.fast else t - 1
         return ComputeCount(g * t, g * trained, g * trained, g)
+    if isinstance(config, DiffusionNFTConfig):  # training: old, trained and reference velocity per step
+        g, t = config.group_size, config.steps
+        trained = max(1, int(t * config.train_fraction))
+        forwards = (3 if config.kl_beta > 0 else 2) * g * trained
+        return ComputeCount(g * t, forwards, 0, g)
     if isinstance(config, BranchGRPOConfig):
         splits, nodes, rollout_nfe, edges = set(config.split_steps), 1, 0, 0
         for i in range(config.steps - 1):

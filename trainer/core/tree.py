@@ -23,6 +23,7 @@ from .cond import Cond, index_tensor, select_rows
 from .flow import (
     FULL_NOISE,
     SDE_KINDS,
+    LogProbForm,
     NoiseSubspace,
     dpm2m_step,
     gaussian_log_prob,
@@ -42,7 +43,10 @@ class StepOp:
     """One step ``sigma -> sigma_next`` of a plan.
 
     ``sde`` steps draw ``branch`` children per node with ``noise_level``; ``train`` marks their
-    edges as trained. ``euler`` and ``dpm2m`` steps are deterministic and move nodes in place.
+    edges as trained. ``noise_scale`` multiplies the noise a child draws and nothing else: the mean
+    and the density (its log-probability) keep ``noise_level``'s, as BranchGRPO's split steps do
+    (Fredreic1849/BranchGRPO@19fbb9f ``fastvideo/train_branchgrpo_flux.py`` 271-279). ``euler`` and
+    ``dpm2m`` steps are deterministic and move nodes in place.
     """
 
     sigma: float
@@ -51,6 +55,7 @@ class StepOp:
     branch: int = 1
     noise_level: float = 0.0
     train: bool = False
+    noise_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class RolloutPlan:
     sde_kind: str = "flow_grpo"
     window_start: int = 0
     log_prob_reduction: Literal["mean", "sum"] = "mean"
+    log_prob_form: LogProbForm = "gaussian"
     noise: NoiseSubspace = FULL_NOISE
     trained_per_row: int | None = None  # keep this many trained steps per root, drawn per root
 
@@ -82,6 +88,8 @@ class RolloutPlan:
                 raise ValueError(f"step {i}: sigma must decrease, got {op.sigma} -> {op.sigma_next}")
             if op.branch < 1:
                 raise ValueError(f"step {i}: branch must be >= 1, got {op.branch}")
+            if op.noise_scale <= 0.0 or (op.noise_scale != 1.0 and op.solver != "sde"):
+                raise ValueError(f"step {i}: noise_scale must be > 0, and apply to an SDE step")
             if op.solver == "sde":
                 if op.noise_level <= 0.0:
                     raise ValueError(f"step {i}: an SDE step needs noise_level > 0")
@@ -338,20 +346,23 @@ def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence
 
     for step, op in enumerate(plan.ops):
         v, step_calls = _evaluate(velocity, x, op.sigma, cond_rows, max_batch)
+        # every step's clean-image prediction is kept, so that a DPM-Solver++(2M) step after an
+        # Euler or SDE step is second order, as MixGRPO-Flash's tail is (Tencent-Hunyuan/MixGRPO@e5cdd6a
+        # fastvideo/utils/sampling_utils.py 114-127)
+        x0 = predicted_x0(x, v, op.sigma)
         if on_step is not None:
-            on_step(step, len(plan.ops), predicted_x0(x, v, op.sigma))
+            on_step(step, len(plan.ops), x0)
         nfe += x.shape[0]
         calls += step_calls
         calls_per_step.append(step_calls)
         if op.solver == "euler":
-            x, prev_x0, prev_sigma = ode_step(x, v, op.sigma, op.sigma_next), None, None
+            x, prev_x0, prev_sigma = ode_step(x, v, op.sigma, op.sigma_next), x0, op.sigma
             continue
         if op.solver == "dpm2m":
-            x0 = predicted_x0(x, v, op.sigma)
             x = dpm2m_step(x, x0, op.sigma, op.sigma_next, prev_x0, prev_sigma)
             prev_x0, prev_sigma = x0, op.sigma
             continue
-        prev_x0, prev_sigma = None, None
+        prev_x0, prev_sigma = x0.repeat_interleave(op.branch, dim=0), op.sigma
         parents = x.shape[0]
         dist = sde_transition(plan.sde_kind, x, v, op.sigma, op.sigma_next, op.noise_level,
                               plan.noise)
@@ -359,8 +370,8 @@ def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence
         per_prompt = torch.bincount(active_prompt, minlength=num_prompts) * b
         eps = _branch_noise(gens, per_prompt.tolist(), latent_shape, dev, b, plan.antithetic)
         child_dist = dist.rows(torch.arange(parents, device=dev).repeat_interleave(b))
-        x_child = child_dist.sample(eps)
-        log_prob = gaussian_log_prob(x_child, child_dist, plan.log_prob_reduction)
+        x_child = child_dist.sample(eps * op.noise_scale if op.noise_scale != 1.0 else eps)
+        log_prob = gaussian_log_prob(x_child, child_dist, plan.log_prob_reduction, plan.log_prob_form)
 
         first_child = len(node_parent)
         children = list(range(first_child, first_child + parents * b))

@@ -2,7 +2,9 @@
 
 The evaluation set is a fixed list of prompt/seed pairs drawn from its own seed; training prompts
 are drawn per iteration from ``(seed, iteration)`` and never include an evaluation prompt, so the
-held-out reward measures generalisation, and a resumed run draws exactly the same prompts.
+held-out reward measures generalisation, and a resumed run draws exactly the same prompts. A
+*validation* set (what a learning-rate sweep chooses on) is drawn from another seed and shares no
+prompt with the test set (:func:`validation_pairs`), so nothing chosen on it has seen a test prompt.
 """
 
 from __future__ import annotations
@@ -28,10 +30,16 @@ class EvalPair:
     seed: int
 
 
-def held_out_pairs(count: int, seed: int) -> list[EvalPair]:
-    """``count`` fixed prompt/seed pairs for evaluation."""
+def held_out_pairs(count: int, seed: int, exclude: Sequence[str] = ()) -> list[EvalPair]:
+    """``count`` fixed prompt/seed pairs for evaluation, none of whose prompts is in ``exclude``
+    (without exclusions, the same pairs as ever for a seed)."""
     rng = np.random.default_rng(seed)
-    return pairs_from_prompts([spec_to_prompt(sample_spec(rng)) for _ in range(count)], count, seed)
+    excluded, prompts = set(exclude), []
+    while len(prompts) < count:
+        prompt = spec_to_prompt(sample_spec(rng))
+        if prompt not in excluded:
+            prompts.append(prompt)
+    return pairs_from_prompts(prompts, count, seed)
 
 
 def pairs_from_prompts(prompts: Sequence[str], count: int, seed: int) -> list[EvalPair]:
@@ -39,21 +47,40 @@ def pairs_from_prompts(prompts: Sequence[str], count: int, seed: int) -> list[Ev
     return [EvalPair(prompts[i % len(prompts)], seed * 100_003 + i) for i in range(count)]
 
 
-def eval_pairs_for(prompts: str, eval_prompts: str | None, count: int, seed: int) -> list[EvalPair]:
+def eval_pairs_for(prompts: str, eval_prompts: str | None, count: int, seed: int,
+                   exclude: Sequence[str] = ()) -> list[EvalPair]:
     """The held-out set of a run: generated scenes, an evaluation prompt file, or (with a training
     prompt file and no evaluation file) ``count`` distinct prompts drawn from the training file,
-    which :class:`PromptSource` then leaves out of training."""
+    which :class:`PromptSource` then leaves out of training. No prompt of ``exclude`` is held out."""
+    excluded = set(exclude)
     if eval_prompts is not None:
-        return pairs_from_prompts(read_prompt_file(eval_prompts), count, seed)
+        kept = [p for p in read_prompt_file(eval_prompts) if p not in excluded]
+        if not kept:
+            raise ValueError(f"evaluation prompt file {eval_prompts}: every prompt is excluded")
+        return pairs_from_prompts(kept, count, seed)
     if prompts == "scenes":
-        return held_out_pairs(count, seed)
-    pool = list(dict.fromkeys(read_prompt_file(prompts)))
+        return held_out_pairs(count, seed, excluded)
+    pool = [p for p in dict.fromkeys(read_prompt_file(prompts)) if p not in excluded]
     if len(pool) <= count:
-        raise ValueError(f"prompt file {prompts} has {len(pool)} distinct prompts; holding out "
+        raise ValueError(f"prompt file {prompts} has {len(pool)} distinct prompts"
+                         f"{' besides the excluded ones' if excluded else ''}; holding out "
                          f"data.eval_pairs={count} for evaluation leaves none to train on: give "
                          "data.eval_prompts (a held-out prompt file) or lower data.eval_pairs")
     picked = np.random.default_rng(seed).choice(len(pool), size=count, replace=False)
     return pairs_from_prompts([pool[int(i)] for i in picked], count, seed)
+
+
+def validation_pairs(prompts: str, eval_prompts: str | None, count: int, validation_seed: int,
+                     test_seed: int) -> tuple[list[EvalPair], list[EvalPair]]:
+    """``(validation, test)`` pairs that share no prompt. The test pairs are the run's held-out set
+    (``data.eval_seed = test_seed``); the validation pairs are drawn from the training source
+    (generated scenes or the training prompt file, never the evaluation file) with
+    ``validation_seed``, leaving out every test prompt. Training on the validation pairs' run then
+    leaves out both (:class:`PromptSource` with ``exclude`` = all of their prompts)."""
+    if validation_seed == test_seed:
+        raise ValueError(f"validation seed must differ from the test seed (data.eval_seed), both {test_seed}")
+    test = eval_pairs_for(prompts, eval_prompts, count, test_seed)
+    return eval_pairs_for(prompts, None, count, validation_seed, [p.prompt for p in test]), test
 
 
 def read_prompt_file(path: str | Path) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ import torch
 
 from ..config.files import save_config
 from ..config.schema import TrainConfig
+from ..core.advantages import leaf_advantages
+from ..core.ema import ParameterEMA
 from ..core.flow import make_sigmas
 from ..core.losses import clip_bounds
 from ..core.objective import LossConfig, TrainTargets, backward_over_tree, layer_groups, prepare_targets
@@ -46,6 +49,7 @@ from .distributed import (
     wrap_model,
 )
 from .evaluate import PromptSource, clean_renders, drift_loss, eval_pairs_for, evaluate
+from .nft import OldPolicy, nft_backward
 
 COLUMNS = (
     "iteration", "strategy", "window_start", "reward_mean", "reward_std", "reward_max",
@@ -237,6 +241,11 @@ class Trainer:
         self.params = list(self.policy.trainable_parameters())
         o = config.optim
         self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+        self.optimizer_steps = 0
+        ema = config.effective_eval_ema  # Flow-GRPO and DiffusionNFT evaluate an average of the weights
+        self.ema = ParameterEMA(self.params, ema.decay, ema.every) if ema.enabled else None
+        # DiffusionNFT samples with an old policy, a slow average of the trained LoRA
+        self.old = OldPolicy(self.params) if config.strategy == "diffusionnft" else None
         self.device = self.policy.device
         self.strategy = config.strategy_config
         tokens = self.policy.image_tokens
@@ -261,9 +270,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
-        return {"clip_ema": -1.0 if self.spread.ema is None else self.spread.ema,
-                "reward_ema": -1.0 if self.reward_scale.ema is None else self.reward_scale.ema,
-                "torch_rng": torch.get_rng_state(), "skipped_in_a_row": self.skipped_in_a_row}
+        state: dict[str, Any] = {
+            "clip_ema": -1.0 if self.spread.ema is None else self.spread.ema,
+            "reward_ema": -1.0 if self.reward_scale.ema is None else self.reward_scale.ema,
+            "torch_rng": torch.get_rng_state(), "skipped_in_a_row": self.skipped_in_a_row,
+            "optimizer_steps": self.optimizer_steps}
+        if self.ema is not None:
+            state["eval_ema"] = [t.cpu() for t in self.ema.shadow]
+        if self.old is not None:
+            state["old_policy"] = [t.detach().cpu() for t in self.old.values]
+        return state
 
     def check_progress(self, iteration: int) -> None:
         """Stop (one line, ``TrainingStopped``) after ``optim.max_skipped_in_a_row`` optimizer updates
@@ -303,6 +319,13 @@ class Trainer:
         self.reward_scale.ema = None if reward_ema < 0 else reward_ema
         if "torch_rng" in state:
             torch.set_rng_state(state["torch_rng"])
+        self.optimizer_steps = int(state.get("optimizer_steps", 0))
+        if self.ema is not None and "eval_ema" in state:
+            self.ema.shadow = [t.float().to(p.device) for t, p in zip(state["eval_ema"], self.params,
+                                                                       strict=True)]
+        if self.old is not None and "old_policy" in state:
+            self.old.values = [t.to(p.device, p.dtype) for t, p in zip(state["old_policy"], self.params,
+                                                                        strict=True)]
 
     def reference_velocity(self, x: torch.Tensor, sigma: torch.Tensor, cond: Any) -> torch.Tensor:
         """The base model (LoRA disabled): the reference of the optional KL term."""
@@ -313,14 +336,18 @@ class Trainer:
             set_adapters_enabled(self.policy.transformer, True)
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self) -> tuple[dict[str, float], torch.Tensor]:
+    def evaluate(self, average: bool | None = None) -> tuple[dict[str, float], torch.Tensor]:
+        """Held-out reward (and drift): with the weights' average where the recipe evaluates so
+        (``average`` None), or with (True) or without it (False) when there is one."""
         self.policy.eval()
-        metrics, images = evaluate(self.policy, self.eval_pairs, self.eval_sigmas, self.reward,
-                                   self.config.max_batch)
-        if self._renders is not None:
-            metrics["drift"] = drift_loss(self.policy, self._renders.to(self.device),
-                                          [p.prompt for p in self.eval_pairs],
-                                          max_batch=self.config.max_batch)
+        use = self.ema is not None and (average is None or average)
+        with self.ema.applied() if use else nullcontext():
+            metrics, images = evaluate(self.policy, self.eval_pairs, self.eval_sigmas, self.reward,
+                                       self.config.max_batch)
+            if self._renders is not None:
+                metrics["drift"] = drift_loss(self.policy, self._renders.to(self.device),
+                                              [p.prompt for p in self.eval_pairs],
+                                              max_batch=self.config.max_batch)
         return metrics, images
 
     # ------------------------------------------------------------------ one iteration
@@ -350,8 +377,9 @@ class Trainer:
         plan = self.plan(iteration)
         self.policy.eval()
         cond = self.policy.encode(prompts)
-        tree = rollout(self.policy.velocity, cond, plan, seeds, self.policy.latent_shape,
-                       max_batch=c.max_batch, device=self.device)
+        with self.old.applied() if self.old is not None else nullcontext():  # DiffusionNFT: the old policy
+            tree = rollout(self.policy.velocity, cond, plan, seeds, self.policy.latent_shape,
+                           max_batch=c.max_batch, device=self.device)
         leaf_prompt = tree.node_prompt[tree.leaf_node]
         leaf_prompts = [prompts[int(p)] for p in leaf_prompt]
         with torch.no_grad():
@@ -370,10 +398,12 @@ class Trainer:
         """Part 2: the iteration's optimizer updates, each over an equal share of every prompt's
         trained forwards (:func:`update_chunks`)."""
         c = self.config
+        if self.old is not None:
+            return self._nft_update(iteration, batch)
         tree, targets = batch.tree, batch.targets
         forwards = targets.train_forwards
         per_prompt = forwards.numel() // max(1, len(batch.prompts))  # the same for every prompt and rank
-        updates = min(c.optim.updates_per_iteration, max(1, per_prompt))
+        updates = min(c.effective_updates, max(1, per_prompt))
         chunks = update_chunks(tree.fwd_prompt, tree.fwd_step, forwards, updates, c.optim.epochs, c.seed,
                                iteration, batch.first_prompt)
         stats = UpdateStats(lr=c.optim.lr_at(iteration, c.iterations))
@@ -405,6 +435,36 @@ class Trainer:
         stats.clip_scale = loss_cfg.clip.scale
         return stats
 
+    def _nft_update(self, iteration: int, batch: Rollout) -> UpdateStats:
+        """DiffusionNFT's update: one optimizer step over every image re-noised at its drawn noise
+        levels, then the old policy follows the trained one."""
+        c, nft = self.config, self.config.strategy_config
+        stats = UpdateStats(lr=c.optim.lr_at(iteration, c.iterations))
+        for group in self.optimizer.param_groups:
+            group["lr"] = stats.lr
+        loss = self.loss
+        advantages = leaf_advantages(batch.tree, batch.targets.leaf_value, None, loss.advantage_scale,
+                                     loss.advantage_std, sum_over_ranks(self.dist), ddof=loss.std_ddof,
+                                     eps=loss.std_eps)
+        reference = self.reference_velocity if nft.kl_beta > 0 and c.lora.enabled else None
+        rows = reduce_sum({"rows": batch.tree.leaf_node.numel()}, self.dist)["rows"]
+        rows *= max(1, int(nft.steps * nft.train_fraction))
+        self.policy.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.grad_sync(True) if self.grad_sync is not None else nullcontext():
+            result = nft_backward(self.policy.velocity, batch.cond, batch.tree, advantages, self.sigmas, nft,
+                                  self.old, reference, c.seed, iteration, c.max_batch, batch.first_prompt,
+                                  int(rows))
+        norm = torch.nn.utils.clip_grad_norm_(self.params, c.optim.grad_clip)
+        if not self._apply_update(norm, result.loss):
+            stats.skipped += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        self.old.follow(self.optimizer_steps, nft.decay_schedule)
+        stats.losses.update(loss=result.loss, grpo_loss=result.policy, kl=result.kl)
+        stats.grad_norms.append(float(norm))
+        stats.nfe_train = result.nfe
+        return stats
+
     def _rescale_clip_bounds(self, targets: TrainTargets) -> LossConfig:
         """Clip bounds at the current ratio spread, written into ``targets``; the loss config."""
         loss_cfg = self.loss_config()
@@ -417,6 +477,9 @@ class Trainer:
         bad = not (torch.isfinite(grad_norm) and math.isfinite(loss))
         if reduce_max(float(bad), self.dist) == 0.0:
             self.optimizer.step()
+            if self.ema is not None:
+                self.ema.step(self.optimizer_steps)
+            self.optimizer_steps += 1
             self.skipped_in_a_row = 0
             return True
         self.skipped_in_a_row += 1

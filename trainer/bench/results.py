@@ -1,0 +1,230 @@
+"""What ``protocol.json`` holds: the budget, every run's measurements at the fixed checkpoints,
+the sweep and what was fixed from it. The report reads these alone (``treerpo bench report``), so
+nothing here imports the trainer.
+
+The file is versioned (``format``): a file of another format is refused in one line, since its
+numbers were measured another way (Welch tests, evaluations every few iterations).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..utils.atomic import atomic_write_text
+from . import sweep as sweeping
+from .arms import PUBLISHED, Arm
+
+FORMAT = 2  # protocol.json's layout; `treerpo bench report` reads only this one
+Clock = Literal["auto", "cpu", "wall"]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much the protocol trains. ``seconds`` None: the equal-seconds budget is the time MixGRPO
+    needs for ``images`` (its median sweep iteration), the paper's main baseline."""
+
+    images: int = 1536
+    seconds: float | None = None
+    seeds: int = 5
+    first_seed: int = 0
+    checkpoints: int = 8
+    lrs: tuple[float, ...] = (4e-4, 8e-4, 1.6e-3, 3.2e-3)
+    max_extensions: int = 3
+    sweep_iterations: int = 10
+    sweep_seed: int = 1000
+    validation_seed: int = 777
+    target_fraction: float = 0.5
+    clock: Clock = "auto"
+    max_iterations_factor: int = 4  # a fast arm's equal-seconds run stops at this many x the images'
+
+    def __post_init__(self) -> None:
+        if min(self.images, self.seeds, self.checkpoints, self.sweep_iterations) < 1:
+            raise ValueError("images, seeds, checkpoints and sweep_iterations must be >= 1")
+        if self.seeds < 2:
+            raise ValueError(f"paired tests need at least 2 seeds, got {self.seeds}")
+        if self.seconds is not None and self.seconds <= 0:
+            raise ValueError(f"seconds must be > 0, got {self.seconds}")
+        if not self.lrs or min(self.lrs) <= 0:
+            raise ValueError("lrs must be one or more positive learning rates")
+        if self.max_extensions < 0 or not 0 < self.target_fraction <= 1:
+            raise ValueError("max_extensions must be >= 0 and target_fraction in (0, 1]")
+        if self.clock not in ("auto", "cpu", "wall"):
+            raise ValueError(f"clock must be auto, cpu or wall, got {self.clock!r}")
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Budget:
+        return cls(**{**data, "lrs": tuple(data["lrs"])})
+
+
+def checkpoints(total: float, count: int) -> list[float]:
+    """``count`` evenly spaced checkpoints of a budget: ``total * k / count`` for k = 1..count."""
+    return [total * k / count for k in range(1, count + 1)]
+
+
+def seconds_key(clock: str) -> str:
+    """The point field of ``clock``'s seconds (``cpu_s`` or ``wall_s``)."""
+    return f"{clock}_s"
+
+
+@dataclass
+class Run:
+    """One arm, treatment and seed: the held-out reward at each checkpoint, and its costs."""
+
+    arm: str
+    seed: int
+    lr: float
+    images_per_iteration: int
+    treatment: str = PUBLISHED.name
+    points: list[dict[str, float]] = field(default_factory=list)  # iteration, images, cpu_s, wall_s, reward
+    image_marks: list[int] = field(default_factory=list)  # per image checkpoint: its point's index
+    second_marks: list[int] = field(default_factory=list)  # per seconds checkpoint: its point's index
+    iteration_wall_s: list[float] = field(default_factory=list)
+    iteration_cpu_s: list[float] = field(default_factory=list)
+    rollout_nfe: list[int] = field(default_factory=list)
+    clip_frac: list[float] = field(default_factory=list)
+    seconds_reached: bool = True
+
+    @property
+    def base(self) -> float:
+        """The held-out reward before training."""
+        return self.points[0]["reward"]
+
+    def marks(self, axis: str) -> list[int]:
+        return self.image_marks if axis == "images" else self.second_marks
+
+    def reward_at(self, axis: str, k: int = -1) -> float:
+        """The held-out reward at checkpoint ``k`` of ``axis`` (images or seconds); -1: the budget."""
+        return self.points[self.marks(axis)[k]]["reward"]
+
+    @property
+    def at_images(self) -> float:
+        return self.reward_at("images")
+
+    @property
+    def at_seconds(self) -> float:
+        return self.reward_at("seconds")
+
+    @property
+    def ema_at_images(self) -> float | None:
+        """The reward of the weights' average at the image budget, for recipes that evaluate one."""
+        return self.points[self.image_marks[-1]].get("reward_ema")
+
+    def iteration_s(self, clock: str) -> list[float]:
+        return self.iteration_cpu_s if clock == "cpu" else self.iteration_wall_s
+
+    def time_to(self, gain: float, axis: str, clock: str) -> float | None:
+        """Images (or ``clock`` seconds) spent at the first checkpoint of ``axis`` whose reward is at
+        least this run's base plus ``gain``; None when none is."""
+        key = "images" if axis == "images" else seconds_key(clock)
+        hit = next((m for m in self.marks(axis) if self.points[m]["reward"] >= self.base + gain), None)
+        return None if hit is None else self.points[hit][key]
+
+
+
+@dataclass
+class ProtocolResult:
+    """Everything the protocol measured and fixed; ``protocol.json`` (``stage``: ``sweep`` once the
+    rates and the target are fixed, ``runs`` while test runs go on, ``done``)."""
+
+    budget: Budget
+    base_overrides: list[str]
+    config: str | None
+    clock: str
+    seconds: float
+    images_per_iteration: int
+    sweep: list[dict[str, Any]]
+    lrs: dict[str, float]
+    target: dict[str, Any]
+    arms: list[Arm]
+    treatments: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)  # threads, OMP_WAIT_POLICY, device
+    stage: str = "sweep"
+    wall_s: float = 0.0  # the whole protocol, sweep included
+    command: str = "treerpo bench protocol"  # what made it, for the results page
+
+    @property
+    def images_limit(self) -> float:
+        """The images every run has scored at the image budget (whole iterations)."""
+        return float(math.ceil(self.budget.images / self.images_per_iteration) * self.images_per_iteration)
+
+    @property
+    def checkpoints(self) -> dict[str, list[float]]:
+        return {"images": checkpoints(self.budget.images, self.budget.checkpoints),
+                "seconds": checkpoints(self.seconds, self.budget.checkpoints)}
+
+    @property
+    def grid(self) -> dict[str, dict[str, Any]]:
+        return sweeping.grid(self.sweep)
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.arms if a.name == name)
+
+    def treatment_status(self, treatment: str, arm: str) -> str:
+        """``trained``, ``reused`` (the published runs: the treatment changes nothing for this arm),
+        ``skipped: <why>`` or ``not run``."""
+        if treatment == PUBLISHED.name:
+            return "trained"
+        record = next((t for t in self.treatments if t["name"] == treatment), None)
+        return "not run" if record is None else record["arms"].get(arm, "not run")
+
+    def runs_of(self, arm: str, treatment: str = PUBLISHED.name) -> list[Run]:
+        """The runs of ``arm`` under ``treatment``, by seed (empty when it did not run)."""
+        status = self.treatment_status(treatment, arm)
+        if status == "reused":
+            treatment = PUBLISHED.name
+        elif status != "trained":
+            return []
+        runs = (r for r in self.runs if r.arm == arm and r.treatment == treatment)
+        return sorted(runs, key=lambda r: r.seed)
+
+    def arms_trained_under(self, treatment: str) -> list[str]:
+        """The arms a treatment trains (not reused from the published runs, not skipped)."""
+        record = next((t for t in self.treatments if t["name"] == treatment), {"arms": {}})
+        return [arm for arm, status in record["arms"].items() if status == "trained"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "stage": self.stage, "command": self.command, "wall_s": self.wall_s,
+                "budget": asdict(self.budget), "base_overrides": self.base_overrides, "config": self.config,
+                "clock": self.clock, "seconds": self.seconds,
+                "images_per_iteration": self.images_per_iteration,
+                "checkpoints": self.checkpoints, "sweep": self.sweep, "lrs": self.lrs, "grid": self.grid,
+                "target": self.target, "arms": [asdict(a) for a in self.arms], "treatments": self.treatments,
+                "skipped": self.skipped, "environment": self.environment,
+                "runs": [asdict(r) for r in self.runs]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProtocolResult:
+        found = data.get("format", 1) if isinstance(data, dict) else None
+        if found != FORMAT:
+            raise ValueError(f"protocol.json has format {found}, this treerpo reads format {FORMAT}: run "
+                             "`treerpo bench protocol` again (paired seeds, fixed checkpoints)")
+        arms = [Arm(**{**a, "overrides": tuple(a["overrides"])}) for a in data["arms"]]
+        return cls(Budget.from_json(data["budget"]), data["base_overrides"], data["config"], data["clock"],
+                   data["seconds"], data["images_per_iteration"], data["sweep"], data["lrs"], data["target"],
+                   arms, data["treatments"], [Run(**r) for r in data["runs"]], data["skipped"],
+                   data["environment"], data["stage"], data["wall_s"], data["command"])
+
+
+def save(result: ProtocolResult, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "protocol.json", json.dumps(result.to_json(), indent=1) + "\n")
+
+
+def load(out: Path) -> ProtocolResult:
+    """``out/protocol.json``; a missing or old file is a one-line error."""
+    path = out / "protocol.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run `treerpo bench protocol --out {out}` first")
+    try:
+        return ProtocolResult.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{path} is not a protocol.json this treerpo wrote "
+                         f"({type(err).__name__}: {err})") from None
+
+

@@ -1,0 +1,61 @@
+"""Tastes for the benchmarks: simple visual preferences that no shipped reward measures.
+
+Each is a plain function ``(images [B, 3, H, W] in [0, 1], prompts) -> [B] scores in [0, 1]`` (the
+``function`` reward's contract, ``trainer/rewards/function.py``), reading pixels only: a pixel is
+*ink* where its brightest channel stands out from the dark background the embedded model draws on.
+They serve ``treerpo bench protocol``'s taste task (a taste mixed with the scene reward, which learns
+several times faster than the scene reward alone) and ``treerpo bench taste``'s simulated person,
+who labels trees with a hidden taste. Nothing here reads the scene reward's parsing or renders.
+
+- :func:`larger_objects`: more of the picture covered by the objects (area of ink);
+- :func:`central_objects`: ink nearer the centre of the picture;
+- :func:`deep_shades`: every object in a deep, dark shade of its colour rather than a bright one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+INK = 0.35  # a pixel whose brightest channel exceeds this is part of an object, not the background
+AREA_FULL = 0.30  # an ink fraction this large scores 1 for size
+
+
+def ink_mask(images: Tensor) -> Tensor:
+    """``[B, H, W]`` float mask of object pixels."""
+    return (images.float().amax(dim=1) > INK).float()
+
+
+def larger_objects(images: Tensor, prompts: Sequence[str] | None = None) -> Tensor:
+    """Fraction of the picture covered by ink, over ``AREA_FULL``, clipped to 1."""
+    return (ink_mask(images).flatten(1).mean(dim=1) / AREA_FULL).clamp(0.0, 1.0)
+
+
+def central_objects(images: Tensor, prompts: Sequence[str] | None = None) -> Tensor:
+    """1 minus the ink's mean distance from the centre, as a fraction of the half-diagonal (0 without
+    ink)."""
+    mask = ink_mask(images)
+    _, h, w = mask.shape
+    ys = (torch.arange(h, dtype=torch.float32) + 0.5 - h / 2.0).view(h, 1)
+    xs = (torch.arange(w, dtype=torch.float32) + 0.5 - w / 2.0).view(1, w)
+    distance = (ys**2 + xs**2).sqrt() / (0.5 * (h**2 + w**2) ** 0.5)
+    ink = mask.flatten(1).sum(dim=1)
+    mean = (mask * distance).flatten(1).sum(dim=1) / ink.clamp(min=1.0)
+    return torch.where(ink > 0, 1.0 - mean, torch.zeros_like(mean))
+
+
+def deep_shades(images: Tensor, prompts: Sequence[str] | None = None) -> Tensor:
+    """How deep the objects' colours are: 1 minus the mean brightness of the ink's brightest channel,
+    rescaled from ``[INK, 1]`` to ``[1, 0]`` (0 without ink)."""
+    mask = ink_mask(images)
+    peak = images.float().amax(dim=1)
+    ink = mask.flatten(1).sum(dim=1)
+    mean = (mask * peak).flatten(1).sum(dim=1) / ink.clamp(min=1.0)
+    depth = ((1.0 - mean) / (1.0 - INK)).clamp(0.0, 1.0)
+    return torch.where(ink > 0, depth, torch.zeros_like(depth))
+
+
+TASTES = {"larger_objects": larger_objects, "central_objects": central_objects, "deep_shades": deep_shades}
+"""By name, for ``--taste NAME`` (any ``MODULE:FUNCTION`` or ``FILE.py:FUNCTION`` works too)."""

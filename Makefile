@@ -13,11 +13,12 @@ COMFYUI ?= .comfyui
 FLOOR_VENV ?= .venv-floor
 FPY        := $(FLOOR_VENV)/bin/python
 # What it runs: the stored images, scores and LoRA (test_same_outputs), the embedded model, the rewards
-# on tiny models, LoRA files, the headless trainer, and the nodes in a real ComfyUI server.
+# on tiny models, LoRA files, the headless trainer, and the nodes (picking included) in a real ComfyUI server.
 FLOOR_TESTS ?= tests/test_same_outputs.py tests/test_versions.py tests/test_embedded_base.py \
                tests/test_clip_rewards.py tests/test_imagereward.py tests/test_scene_reward.py \
                tests/test_reward_mix.py tests/test_lora_formats.py tests/test_diffusers_models.py \
-               tests/test_ocr_reward.py tests/test_train.py tests/test_comfyui.py
+               tests/test_ocr_reward.py tests/test_train.py tests/test_comfyui.py \
+               tests/test_comfyui_picks.py
 
 .PHONY: venv comfyui browser test test-floor lint demo workflows thumbnails check-ui
 venv: $(VENV)/.installed

@@ -14,8 +14,9 @@ from ._comfy import io, model_roots, models_directory
 from .inputs import MIX, about, check_rewards, parse_lines, reward_spec
 
 # The `function` reward imports and runs any Python function: a workflow shared on the internet must not
-# make a ComfyUI server run code, so it is offered headlessly only (`treerpo train`).
-HEADLESS_ONLY = ("function",)
+# make a ComfyUI server run code, so it is offered headlessly only (`treerpo train`). `picks` (a personal
+# reward fitted on a picks folder) has its own nodes, which confine the folder to ComfyUI's output.
+HEADLESS_ONLY = ("function", "picks")
 
 
 def reward_names() -> list[str]:
@@ -79,8 +80,9 @@ def check_reward_inputs(reward: str, reward_mix: str, reward_weights: str,
         names = [term.name for term in parse_reward_spec(spec)]
         headless = [n for n in names if n in HEADLESS_ONLY]
         if headless:
-            raise ValueError(f"the {headless[0]!r} reward runs Python code and is offered headlessly only "
-                             "(treerpo train), not in a ComfyUI graph")
+            raise ValueError(f"the {headless[0]!r} reward is not offered here: 'function' runs Python code "
+                             "(headless only: treerpo train), 'picks' has its own nodes (TreeRPO Train "
+                             "LoRA from Picks)")
     with about("reward_weights"):
         weights = check_rewards(spec, reward_weights, models_directory(), model_roots())
     if prompts is not None and "scene" in names and prompts[0].strip():

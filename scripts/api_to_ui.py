@@ -41,6 +41,7 @@ TITLES = {
     "train_embedded": "Embedded shapes model, train a LoRA (runs on a CPU)",
     "sample_and_score": "Embedded shapes model, draw and score images (runs on a CPU)",
     "best_of_tree": "Embedded shapes model, best of 8 variations (runs on a CPU)",
+    "pick_and_train": "Embedded shapes model, pick what you like and train (runs on a CPU)",
     "flux_dev_template": "FLUX.1 dev, best of 8 variations (needs FLUX.1 dev weights and a GPU)",
     "flux_dev_train": "FLUX.1 dev, train a LoRA (needs FLUX.1 dev weights and a GPU)",
     "qwen_image_train": "Qwen Image, train a LoRA (needs Qwen Image weights and a big GPU)",

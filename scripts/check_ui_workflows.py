@@ -527,6 +527,23 @@ def compare_prompt(api: dict, output: dict) -> list[str]:
     return diffs
 
 
+def open_frontend(server: Server, browser: str, size: tuple[int, int] = (1400, 900),
+                  screenshots: bool = True) -> tuple[Browser, int]:
+    """The frontend of ``server`` in a new page of ``size``, with the check's settings (and the
+    screenshots' when ``screenshots``), once it is set up: the page and its node types' count."""
+    settings = {**SETTINGS, **(SCREENSHOT_SETTINGS if screenshots else {})}
+    request = urllib.request.Request(server.url + "/settings", data=json.dumps(settings).encode(),
+                                     headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=30).close()
+    tools = Browser(browser, size)
+    try:
+        tools.page.goto(server.url + "/", wait_until="domcontentloaded", timeout=120_000)
+        return tools, wait_for_app(tools)
+    except BaseException:
+        tools.close()
+        raise
+
+
 def wait_for_app(tools: Browser, timeout: float = 180.0) -> int:
     """Wait for the frontend's setup: ``app.positionConversion`` is the last thing ``app.setup`` sets,
     and the registered node types stop changing."""
@@ -922,13 +939,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             server = start_server(comfyui.resolve(), Path(tmp) / "comfyui",
                                   options=PREVIEW_OPTIONS if args.run_previews else ())
-            settings = {**SETTINGS, **(SCREENSHOT_SETTINGS if args.screenshots is not None else {})}
-            request = urllib.request.Request(server.url + "/settings", data=json.dumps(settings).encode(),
-                                             headers={"Content-Type": "application/json"})
-            urllib.request.urlopen(request, timeout=30).close()
-            tools = Browser(browser, (1400, 900) if args.screenshots is not None else (1600, 1000))
-            tools.page.goto(server.url + "/", wait_until="domcontentloaded", timeout=120_000)
-            count = wait_for_app(tools)
+            shots = args.screenshots is not None
+            tools, count = open_frontend(server, browser, (1400, 900) if shots else (1600, 1000), shots)
             boot, _ = problems_in_log(tools.take_events(), server.url)
             print(f"frontend ready: {count} node types, {time.monotonic() - started:.0f} s "
                   f"({len(boot)} message(s) logged while starting, not counted"

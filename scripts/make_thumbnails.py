@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,11 +67,11 @@ def centred(draw: ImageDraw.ImageDraw, y: float, text: str, size: int, fill: tup
 # ------------------------------------------------------------------------------ runnable templates
 
 
-def run_workflow(name: str, out: Path) -> tuple[list[Path], dict[str, list[str]]]:
-    """Run ``workflows/api/<name>.api.json`` headless into ``out``: the files it wrote and the text outputs
-    (``{node: lines}``) it printed."""
+def run_workflow(name: str, out: Path, file: Path | None = None) -> tuple[list[Path], dict[str, list[str]]]:
+    """Run ``workflows/api/<name>.api.json`` (or ``file``) headless into ``out``: the files it wrote and the
+    text outputs (``{node: lines}``) it printed."""
     command = [sys.executable, "-m", "dynamic_treerpo.trainer", "run-workflow",
-               str(WORKFLOWS / "api" / f"{name}.api.json"), "--output", str(out)]
+               str(file or WORKFLOWS / "api" / f"{name}.api.json"), "--output", str(out)]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env={**os.environ},
                           timeout=1800)
     if done.returncode != 0:
@@ -195,8 +194,49 @@ def first_panel(plot: Image.Image) -> Image.Image:
     return plot
 
 
+EXAMPLE_PICKS = {1: True, 6: True, 3: False}  # leaf -> liked (True) or disliked (False), on the thumbnail
+
+
+def pick_and_train(name: str, out: Path) -> Image.Image:
+    """Only the sampling node runs (training waits for a person's picks): the first tree it stored, as the
+    picking panel shows it, with example marks drawn as the panel draws a person's."""
+    graph = json.loads((WORKFLOWS / "api" / f"{name}.api.json").read_text())
+    sampling = {k: v for k, v in graph.items() if v["class_type"] in ("TreeRPOEmbeddedLoader",
+                                                                       "TreeRPOSampleToPick")}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sample.api.json").write_text(json.dumps(sampling))
+    run_workflow(name, out, out / "sample.api.json")
+    node = next(v for v in sampling.values() if v["class_type"] == "TreeRPOSampleToPick")
+    trees = sorted((out / "treerpo_picks" / node["inputs"]["picks_folder"] / "trees").iterdir())
+    leaves = sorted(trees[0].glob("leaf_*.png"))
+    canvas = Image.new("RGB", (SIDE, SIDE), BACKGROUND)
+    draw = ImageDraw.Draw(canvas)
+    centred(draw, 26, "Click what you like, train on it", 25, TEXT, bold=True)
+    cell, cols = 112, 4
+    gap = (SIDE - cols * cell) // (cols + 1)
+    for i, file in enumerate(leaves):
+        x, y = gap + (i % cols) * (cell + gap), 60 + (i // cols) * (cell + 16)
+        with Image.open(file) as image:
+            canvas.paste(image.convert("RGB").resize((cell, cell), Image.Resampling.NEAREST), (x, y))
+        mark = EXAMPLE_PICKS.get(i)
+        colour = (90, 90, 90) if mark is None else BEST if mark else (248, 113, 113)
+        draw.rectangle((x - 2, y - 2, x + cell + 1, y + cell + 1), outline=colour,
+                       width=1 if mark is None else 4)
+        draw.text((x + 6, y + 4), str(i + 1), font=font(15, True), fill=TEXT)
+        if mark is not None:
+            label = "like" if mark else "no"
+            draw.rectangle((x + cell - 48, y + cell - 24, x + cell, y + cell), fill=colour)
+            draw.text((x + cell - 24, y + cell - 12), label, font=font(16, True), fill=(20, 20, 20),
+                      anchor="mm")
+    below = 60 + 2 * (cell + 16)
+    centred(draw, below + 14, "the marks are an example: yours train the LoRA", 18, MUTED)
+    footer(canvas, node["inputs"]["prompts"].splitlines()[0], "trees made by this workflow on a CPU")
+    return canvas
+
+
 RUNS: dict[str, Callable[[str, Path], Image.Image]] = {
-    "best_of_tree": best_of_tree, "sample_and_score": sample_and_score, "train_embedded": train_embedded}
+    "best_of_tree": best_of_tree, "sample_and_score": sample_and_score, "train_embedded": train_embedded,
+    "pick_and_train": pick_and_train}
 
 
 # ------------------------------------------------------------------------------ templates that need weights
@@ -228,13 +268,7 @@ def graph_pictures(names: list[str], tmp: Path) -> dict[str, Image.Image]:
     server = ui.start_server(comfyui.resolve(), tmp / "comfyui")
     tools = None
     try:
-        settings = {**ui.SETTINGS, **ui.SCREENSHOT_SETTINGS}
-        request = urllib.request.Request(server.url + "/settings", data=json.dumps(settings).encode(),
-                                         headers={"Content-Type": "application/json"})
-        urllib.request.urlopen(request, timeout=30).close()
-        tools = ui.Browser(ui.find_browser(None), (1400, 900))
-        tools.page.goto(server.url + "/", wait_until="domcontentloaded", timeout=120_000)
-        ui.wait_for_app(tools)
+        tools, _ = ui.open_frontend(server, ui.find_browser(None))
         pictures = {}
         for name in names:
             ui.check_file(tools, WORKFLOWS / f"{TITLES[name]}.json", server.url)  # opened, dialogs closed

@@ -231,9 +231,15 @@ def test_the_protocol_fixes_rates_and_target_from_validation_before_any_test_run
     assert any(t.family == "secondary" and t.group == "clip treatment none" for t in tests)
 
     docs = tmp_path / "docs" / "results.md"
+    docs.parent.mkdir()
+    kept = ("<!-- bench taste t, picks 0.2: begin -->\nthe taste figures\n"
+            "<!-- bench taste t, picks 0.2: end -->")
+    docs.write_text(f"# old page\n\n{kept}\n")
     data = write_report(result, tmp_path / "report", docs)
     text = docs.read_text()
-    for needle in ("Holm-adjusted within each family",
+    assert "# old page" not in text and text.rstrip().endswith(kept)  # the taste section is carried over
+    for needle in ("Holm-adjusted within each family", "held-out reward at the image budget",
+                   "its half-width",
                    "## The paper's claims on this test bed (primary family)",
                    "### Like for like (secondary family)", "under each clip treatment", "restricted mean",
                    "**0.0001: ", "Every chosen rate is inside its range",
@@ -291,6 +297,24 @@ def test_protocol_quick_runs_every_arm_and_writes_the_report(
     (out / "bench.json").unlink()
     assert main(["bench", "report", "--out", str(out)]) == 0
     assert json.loads((out / "bench.json").read_text()) == data
+    # killed after a run of its second seed: --resume runs only the missing ones, to the same figures
+    cut = dict(saved, stage="runs", runs=saved["runs"][: len(saved["runs"]) // 2 + 1])
+    (out / "protocol.json").write_text(json.dumps(cut))
+    capsys.readouterr()
+    assert main(["bench", "protocol", "--quick", *THREADS, "--out", str(out), "--resume"]) == 0
+    resumed = json.loads((out / "protocol.json").read_text())
+    assert "resuming: the sweep's rates and target kept" in capsys.readouterr().out
+    assert resumed["stage"] == "done" and resumed["sweep"] == saved["sweep"]
+    key = lambda r: (r["arm"], r["treatment"], r["seed"])  # noqa: E731
+    assert sorted(map(key, resumed["runs"])) == sorted(map(key, saved["runs"]))
+    def at_images(run: dict) -> float:  # the image budget's figure (the seconds budget's depends on load)
+        return run["points"][run["image_marks"][-1]]["reward"]
+
+    before = {key(r): at_images(r) for r in saved["runs"]}
+    assert all(at_images(r) == pytest.approx(before[key(r)], abs=1e-6) for r in resumed["runs"])
+    again = ["bench", "protocol", "--quick", *THREADS, "--seeds", "3", "--out", str(out), "--resume"]
+    assert main(again) == 2
+    assert "cannot resume: the budget differs" in capsys.readouterr().err
 
 
 def test_protocol_quick_on_a_tiny_flux_with_a_clip_reward(tmp_path: Path) -> None:

@@ -75,7 +75,7 @@ def test_every_registered_reward_has_its_builder() -> None:
     from dynamic_treerpo.trainer.rewards import registry
 
     assert set(registry.reward_names()) == {"scene", "clip", "pickscore", "hps-v2.1", "imagereward", "ocr",
-                                            "function"}
+                                            "function", "picks"}
     for name in registry.reward_names():
         entry = registry.reward_entry(name)
         module = import_module(f"dynamic_treerpo.trainer.rewards.{entry.module}")

@@ -40,7 +40,7 @@ NODE_LABELS = _script("node_labels")
 
 WORKFLOWS = REPO / "workflows"
 NAMES = ("train_embedded", "sample_and_score", "best_of_tree", "flux_dev_template", "flux_dev_train",
-         "qwen_image_train")
+         "qwen_image_train", "pick_and_train")
 FLUX_FILES = {"flux1-dev.safetensors", "clip_l.safetensors", "t5xxl_fp16.safetensors", "ae.safetensors",
               "HPS_v2.1_compressed.pt"}
 QWEN_FILES = {"qwen_image_fp8_e4m3fn.safetensors", "qwen_2.5_vl_7b_fp8_scaled.safetensors",

@@ -169,6 +169,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                         "taste for larger objects; the default) or scene alone; a given config keeps its own")
     q.add_argument("--docs", type=Path, default=None,
                    help="also write this results page (e.g. docs/results.md) and its plots beside it")
+    q.add_argument("--resume", action="store_true",
+                   help="continue the protocol saved in --out (its sweep kept, finished runs skipped); "
+                        "the same options as the run that saved it")
     q.set_defaults(func=_run_bench_protocol)
     r = kinds.add_parser("report", help="rebuild bench.json, the plots and results.md from protocol.json")
     r.add_argument("--out", type=Path, default=Path("runs/protocol"), help="the protocol's folder")
@@ -176,6 +179,33 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=_run_bench_report)
     _bench_parser(kinds, "sampler", "tree sampler overhead and training memory at 16 and 64 leaves",
                   "runs/sampler", False).set_defaults(func=_run_bench_sampler)
+    t = kinds.add_parser("taste", help="learning a person's taste from picks, with a simulated person",
+                         description="A simulated person labels trees with a hidden taste (likes "
+                                     "2, dislikes 1, 15%% mistakes); the pack learns it from the picks (a "
+                                     "personal reward, and online), against the same budget with the taste "
+                                     "itself as the reward.")
+    t.add_argument("--taste", default="larger_objects",
+                   help="the hidden taste: larger_objects, central_objects, deep_shades, or MODULE:FUNCTION "
+                        "/ FILE.py:FUNCTION ((images, prompts) -> one score per image); default "
+                        "larger_objects")
+    t.add_argument("--trees", type=int, default=None, help="labelled trees (default 200)")
+    t.add_argument("--seeds", type=int, default=None, help="seeds (default 3)")
+    t.add_argument("--iterations", type=int, default=None, help="training iterations per run (default 24)")
+    t.add_argument("--mode", choices=("both", "reward", "online"), default="both", help="which modes to run")
+    t.add_argument("--at", default=None, metavar="N,N,...",
+                   help="labelled-tree counts to measure the gain at (default 25,50,100,200; always --trees)")
+    t.add_argument("--picks-weight", type=float, default=None,
+                   help="the picks' (and the oracle's taste's) weight against scene, the guard "
+                        "(default 0.15)")
+    t.add_argument("--quick", action="store_true", help="a smoke run (6 trees, 2 seeds, 2 iterations): CI's")
+    t.add_argument("--out", type=Path, default=Path("runs/taste"), help="where taste.json goes")
+    t.add_argument("--docs", type=Path, default=None,
+                   help="also write the figures as a section of this page (e.g. docs/results.md)")
+    t.add_argument("--report", action="store_true",
+                   help="train nothing: summarise --out's taste.json again (and write --docs)")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="a training option for every run (e.g. tree.depth=3)")
+    t.set_defaults(func=_run_bench_taste)
 
 
 BUDGET_FLAGS = ("seeds", "images", "seconds", "checkpoints", "lrs", "max_extensions", "clock")
@@ -198,7 +228,6 @@ def _protocol_command(args: argparse.Namespace) -> str:
 
 
 def _run_bench_protocol(args: argparse.Namespace) -> int:
-    import time
 
     from .bench.arms import select_arms
     from .bench.protocol import bed_overrides, budget_for, run_protocol, save
@@ -207,9 +236,13 @@ def _run_bench_protocol(args: argparse.Namespace) -> int:
     budget = budget_for(args.quick, {flag: getattr(args, flag) for flag in BUDGET_FLAGS})
     arms = select_arms(args.arms)
     base = [*bed_overrides(args.quick, args.config, args.task), *args.overrides]
-    start = time.perf_counter()
-    result = run_protocol(budget, base, args.config, arms, out=args.out)
-    result.wall_s, result.command = time.perf_counter() - start, _protocol_command(args)
+    previous = None
+    if args.resume and (args.out / "protocol.json").is_file():
+        from .bench.results import load
+
+        previous = load(args.out)
+    result = run_protocol(budget, base, args.config, arms, out=args.out, resume=previous)
+    result.command = _protocol_command(args)  # wall_s: the whole protocol's, a resumed one's included
     save(result, args.out)
     print(format_summary(write_report(result, args.out, args.docs)))
     print(f"written: {args.out / 'protocol.json'}, {args.out / 'bench.json'}, {args.out / 'results.md'}"
@@ -224,6 +257,47 @@ def _run_bench_report(args: argparse.Namespace) -> int:
     result = load(args.out)
     print(format_summary(write_report(result, args.out, args.docs)))
     return 0
+
+
+def _run_bench_taste(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from .bench.taste import QUICK, QUICK_OVERRIDES, TasteBudget, format_summary, reload, run_taste
+    from .bench.taste_page import write_docs
+
+    if args.report:
+        summary = reload(args.out)
+        print(format_summary(summary))
+        if args.docs:
+            print(f"written: {write_docs(summary, args.out, args.docs)}")
+        return 0
+    budget = QUICK if args.quick else TasteBudget()
+    given = (("trees", args.trees), ("seeds", args.seeds), ("iterations", args.iterations),
+             ("picks_weight", args.picks_weight))
+    changes = {k: v for k, v in given if v is not None}
+    if args.mode != "both":
+        changes["modes"] = (args.mode,)
+    if args.at:
+        changes["at"] = tuple(int(n) for n in args.at.split(","))
+    budget = replace(budget, **changes)
+    extra = [*(QUICK_OVERRIDES if args.quick else ()), *args.overrides]
+    summary = run_taste(budget, args.taste, args.out, extra, command=_taste_command(args))
+    print(format_summary(summary))
+    print(f"written: {args.out / 'taste.json'}, {args.out / 'before_after.png'}")
+    if args.docs:
+        print(f"written: {write_docs(summary, args.out, args.docs)}")
+    return 0
+
+
+def _taste_command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this taste run (for the page)."""
+    parts = ["treerpo bench taste", f"--taste {args.taste}"]
+    parts += [f"--{k.replace('_', '-')} {getattr(args, k)}"
+              for k in ("trees", "seeds", "iterations", "picks_weight") if getattr(args, k) is not None]
+    parts += ["--quick"] * args.quick + [f"--mode {args.mode}"] * (args.mode != "both")
+    parts += [f"--at {args.at}"] * bool(args.at)
+    parts += [f"--set {o}" for o in args.overrides] + [f"--docs {args.docs}"] * (args.docs is not None)
+    return " ".join(parts)
 
 
 def _run_bench_sampler(args: argparse.Namespace) -> int:

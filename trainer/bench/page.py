@@ -15,7 +15,7 @@ from typing import Any
 from .arms import LIKE_FOR_LIKE, TREE
 from .claims import CLAIM_ABLATIONS, EFFICIENCY_AT_MOST, Test, clock_label, family_size, headline_pairs
 from .results import ProtocolResult
-from .stats import ALPHA, Comparison
+from .stats import ALPHA, Comparison, mean_ci95
 
 
 def _p(p: float | None) -> str:
@@ -62,6 +62,25 @@ def _sweep_table(result: ProtocolResult) -> list[str]:
     return lines
 
 
+SEPARATION = 3.0  # the default's gain must be this many 95% half-widths for the budget to separate recipes
+
+
+def budget_check(result: ProtocolResult) -> str:
+    """Whether the image budget lets the default tree's gain stand out of its own seeds' noise: its
+    mean held-out gain against the 95% half-width of its per-seed gains."""
+    runs = result.runs_of(TREE, "published")
+    if len(runs) < 2:
+        return "fewer than two seeds of the default tree: no interval, so no budget check."
+    gains = mean_ci95([r.at_images - r.base for r in runs])
+    ratio = gains.mean / gains.ci95 if gains.ci95 > 0 else math.inf
+    verdict = (f"at least {SEPARATION:g}x: the budget separates gains from seed noise"
+               if ratio >= SEPARATION else
+               f"less than {SEPARATION:g}x: at this budget the run exercises the harness more than it "
+               "ranks the recipes")
+    return (f"the default tree gains {gains.mean:+.4f} ± {gains.ci95:.4f} (95%) held-out reward at the "
+            f"image budget, {ratio:.1f} times its half-width ({verdict}).")
+
+
 def _protocol(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
     b, target, cps = result.budget, result.target, result.checkpoints
     label = clock_label(result.clock)
@@ -99,6 +118,7 @@ def _protocol(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
             "has met both (an arm still short of the seconds budget after "
             f"{b.max_iterations_factor}x the image budget's iterations stops there, marked "
             f"\"capped\"). Seconds are {_clock_words(result)}. Evaluation time is not charged.",
+        "Budget check": budget_check(result),
         "Checkpoints":
             f"every arm is measured at the same {b.checkpoints} checkpoints of each budget, "
             f"k/{b.checkpoints} of it: images {image_cps}; {label} seconds {second_cps}. A run is "

@@ -22,12 +22,13 @@ Why this shape (docs/results.md says it for readers):
 from __future__ import annotations
 
 import gc
+import json
 import math
 import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -317,14 +318,38 @@ def _plan_treatments(result: ProtocolResult, base: Sequence[str], config_path: s
     return extra
 
 
+def check_resumable(previous: ProtocolResult, budget: Budget, base: Sequence[str], config_path: str | None,
+                    arms: Sequence[Arm]) -> None:
+    """A saved protocol continues only under the same budget, bed and arms (one line otherwise)."""
+    if previous.stage == "sweep" and not previous.lrs:
+        raise ValueError("the saved protocol.json has no finished sweep: start again without --resume")
+    def plain(budget: Budget) -> Any:  # as protocol.json holds it (tuples as lists)
+        return json.loads(json.dumps(asdict(budget)))
+
+    for what, old, new in (("budget", plain(previous.budget), plain(budget)),
+                           ("test bed overrides", list(previous.base_overrides), list(base)),
+                           ("config", previous.config, config_path)):
+        if old != new:
+            raise ValueError(f"cannot resume: the {what} differs from the saved protocol.json's "
+                             f"({old} there, {new} now); give the same options or a new --out")
+    saved = {a.name for a in previous.arms} | set(previous.skipped)
+    if saved != {a.name for a in arms}:
+        raise ValueError(f"cannot resume: the arms differ from the saved protocol.json's ({sorted(saved)})")
+
+
 def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | None = None,
                  arms: Sequence[Arm] = ALL_ARMS, log: Callable[[str], None] = print,
-                 out: Path | None = None) -> ProtocolResult:
+                 out: Path | None = None, resume: ProtocolResult | None = None) -> ProtocolResult:
     """The whole protocol: the sweep of the main arms on validation pairs (rates, target, best
     baseline, seconds budget: written to ``out/protocol.json`` before any test run), then every arm
     and seed on both budgets (ablations at the default tree's rate), then the headline arms under
-    the clip treatments. ``protocol.json`` is rewritten after every seed."""
+    the clip treatments. ``protocol.json`` is rewritten after every seed. ``resume``: that saved
+    protocol continues (its sweep, rates and target kept; finished runs not run again)."""
     start = time.perf_counter()
+    if resume is not None:
+        check_resumable(resume, budget, base, config_path, arms)
+        log(f"resuming: the sweep's rates and target kept, {len(resume.runs)} test runs done")
+        return _test_runs(resume, base, config_path, budget, out, log, start - resume.wall_s)
     arms, skipped, configs = _prepare_arms(arms, base, config_path, log)
     per_iteration = check_same_images(configs)
     main = [a for a in arms if a.role == "main"]
@@ -360,20 +385,30 @@ def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | No
         f"equal-seconds budget {seconds:.1f} {clock} s; {budget.images} images per run")
     log(expected_text(result, extra))
 
+    return _test_runs(result, base, config_path, budget, out, log, start)
+
+
+def _test_runs(result: ProtocolResult, base: Sequence[str], config_path: str | None, budget: Budget,
+               out: Path | None, log: Callable[[str], None], start: float) -> ProtocolResult:
+    """Every arm and treatment at every seed, skipping those ``result`` holds already."""
     result.stage = "runs"
+    done = {(r.arm, r.treatment, r.seed) for r in result.runs}
     for k in range(budget.seeds):
         seed = budget.first_seed + k
-        jobs = [(a, PUBLISHED) for a in arms]
+        jobs = [(a, PUBLISHED) for a in result.arms]
         jobs += [(result.arm(name), t) for t in TREATMENTS for name in result.arms_trained_under(t.name)]
         for arm, treatment in jobs:
-            config = arm_config(base, arm, config_path, lrs[arm.name], seed, treatment=treatment)
-            run = full_run(config, arm, budget, seconds, clock, treatment)
+            if (arm.name, treatment.name, seed) in done:
+                continue
+            config = arm_config(base, arm, config_path, result.lrs[arm.name], seed, treatment=treatment)
+            run = full_run(config, arm, budget, result.seconds, result.clock, treatment)
             result.runs.append(run)
             label = arm.name if treatment is PUBLISHED else f"{arm.name} [{treatment.name}]"
             log(f"seed {seed} {label:<34} images {run.at_images:.4f} seconds {run.at_seconds:.4f} "
                 f"({len(run.iteration_wall_s)} iterations, median "
-                f"{statistics.median(run.iteration_s(clock)):.2f} {clock} s)")
-        if out is not None:
-            save(result, out)
+                f"{statistics.median(run.iteration_s(result.clock)):.2f} {result.clock} s)")
+            if out is not None:  # after every run: a killed protocol resumes from here
+                result.wall_s = time.perf_counter() - start
+                save(result, out)
     result.stage, result.wall_s = "done", time.perf_counter() - start
     return result

@@ -20,6 +20,7 @@ from .page import markdown
 from .results import FORMAT, ProtocolResult, Run
 from .stats import mean_ci95
 from .survival import restricted_mean
+from .taste_page import sections_of
 
 
 def time_summary(result: ProtocolResult, runs: Sequence[Run], axis: str) -> dict[str, Any]:
@@ -157,7 +158,9 @@ def write_report(result: ProtocolResult, out: Path, docs: Path | None = None) ->
         folder.mkdir(parents=True, exist_ok=True)
         plot(result, "images", folder / "protocol_reward_vs_images.png")
         plot(result, "seconds", folder / "protocol_reward_vs_seconds.png")
-        atomic_write_text(page, markdown(result, tests, data["arms"], image_dir))
+        text = markdown(result, tests, data["arms"], image_dir)
+        kept = sections_of(page.read_text(encoding="utf-8")) if page.exists() else []
+        atomic_write_text(page, "\n\n".join([text.rstrip("\n"), *kept]) + "\n")
     return data
 
 

@@ -425,3 +425,38 @@ def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence
         model_calls=calls,
         calls_per_step=calls_per_step,
     )
+
+
+def concat_trees(trees: Sequence[Tree]) -> Tree:
+    """Several rollouts of one plan as one, prompt-major (node, forward and edge ids offset), as if
+    they had been sampled together: what a stored tree of each of several prompts becomes for one
+    training update."""
+    if not trees:
+        raise ValueError("concat_trees needs at least one tree")
+    plan = trees[0].plan
+    if any(t.plan != plan for t in trees[1:]):
+        raise ValueError("only trees of the same plan can be trained together")
+    parts: dict[str, list[Tensor]] = {name: [] for name in (
+        "node_parent", "node_depth", "node_prompt", "fwd_node", "fwd_step", "fwd_x", "edge_forward",
+        "edge_child", "edge_x_child", "edge_log_prob_old", "edge_train", "leaf_node", "leaf_latents")}
+    nodes = forwards = prompts = 0
+    for t in trees:
+        parts["node_parent"].append(torch.where(t.node_parent >= 0, t.node_parent + nodes, t.node_parent))
+        parts["node_depth"].append(t.node_depth)
+        parts["node_prompt"].append(t.node_prompt + prompts)
+        parts["fwd_node"].append(t.fwd_node + nodes)
+        parts["fwd_step"].append(t.fwd_step)
+        parts["fwd_x"].append(t.fwd_x)
+        parts["edge_forward"].append(t.edge_forward + forwards)
+        parts["edge_child"].append(t.edge_child + nodes)
+        parts["edge_x_child"].append(t.edge_x_child)
+        parts["edge_log_prob_old"].append(t.edge_log_prob_old)
+        parts["edge_train"].append(t.edge_train)
+        parts["leaf_node"].append(t.leaf_node + nodes)
+        parts["leaf_latents"].append(t.leaf_latents)
+        nodes += t.num_nodes
+        forwards += int(t.fwd_node.numel())
+        prompts += t.num_prompts
+    return Tree(plan=plan, num_prompts=prompts, nfe=sum(t.nfe for t in trees),
+                model_calls=sum(t.model_calls for t in trees),
+                **{name: torch.cat(values) for name, values in parts.items()})

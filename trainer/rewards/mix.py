@@ -82,14 +82,17 @@ class RewardMix:
     """
 
     def __init__(self, spec: str, weights_paths: Mapping[str, str] | None = None,
-                 device: str | torch.device = "cpu") -> None:
+                 device: str | torch.device = "cpu", prebuilt: Mapping[str, RewardFn] | None = None) -> None:
+        """``prebuilt``: terms already built by the caller (the training layer builds the ``picks``
+        reward with its backbone options), the others by the registry from ``weights_paths``."""
         self.terms = parse_reward_spec(spec)
         paths = dict(weights_paths or {})
         unknown = sorted(set(paths) - {t.name for t in self.terms})
         if unknown:
             raise ValueError(f"weights given for reward {unknown[0]!r}, which is not in {spec!r}")
-        self.fns: dict[str, RewardFn] = {t.name: get_reward(t.name, paths.get(t.name), device)
-                                         for t in self.terms}
+        ready = dict(prebuilt or {})
+        self.fns: dict[str, RewardFn] = {t.name: ready[t.name] if t.name in ready else
+                                         get_reward(t.name, paths.get(t.name), device) for t in self.terms}
 
     @property
     def names(self) -> list[str]:

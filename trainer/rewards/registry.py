@@ -47,6 +47,8 @@ _REWARDS: dict[str, RewardEntry] = {
                                "and vocab.txt from google-bert/bert-base-uncased"),
     "ocr": RewardEntry("ocr", False, "optional: a folder of PP-OCR ONNX models (default: the ones "
                                      "shipped in the rapidocr-onnxruntime wheel)"),
+    "picks": RewardEntry("personal", True, "a picks folder of labelled trees (data.picks; docs/picks.md): "
+                                           "a personal reward is fitted on its picks"),
     "function": RewardEntry("function", True, "MODULE:FUNCTION or FILE.py:FUNCTION of a Python function "
                                               "(images [B, 3, H, W] in [0, 1], prompts) -> B scores"),
 }

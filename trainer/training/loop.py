@@ -97,6 +97,20 @@ def build_policy(config: TrainConfig) -> Policy:
     return SD3Policy.from_pretrained(m.path, **options)
 
 
+def build_reward(config: TrainConfig) -> RewardMix:
+    """The run's reward: the registry's terms, and the ``picks`` term as a personal reward fitted on
+    ``data.picks`` with ``picks.backbone`` (docs/picks.md)."""
+    device = resolve_device(config.model.device)
+    prebuilt = {}
+    if config.uses_picks and config.picks.mode == "reward":
+        from ..rewards.personal import build as personal_reward
+
+        p = config.picks
+        prebuilt["picks"] = personal_reward(config.effective_reward_weights["picks"], device, p.backbone,
+                                            p.backbone_weights)
+    return RewardMix(config.reward, config.effective_reward_weights, device, prebuilt)
+
+
 def load_policy(config: TrainConfig, policy: Policy | None = None) -> Policy:
     """The model named by the config (or ``policy``, given by a front end such as a ComfyUI node),
     with a fresh LoRA attached (or all weights trainable)."""
@@ -233,7 +247,7 @@ class Trainer:
         self.dist = dist or Dist()
         shard(config.data.prompts_per_iteration, self.dist)  # an uneven split fails before loading
         # rewards first: a missing reward file fails in seconds, before a large model loads
-        self.reward = RewardMix(config.reward, config.reward_weights, resolve_device(config.model.device))
+        self.reward = self.build_reward()
         self.policy = load_policy(config, policy)
         wrapped, self.grad_sync = wrap_model(self.policy.transformer, self.dist, not config.lora.enabled)
         if wrapped is not self.policy.transformer:
@@ -267,6 +281,10 @@ class Trainer:
         self._renders = clean_renders(self.eval_pairs) if scene_eval else None
         # a bad window or noise pool fails here, in one line, before any model call
         self.plan(0).noise.check(tuple(self.policy.latent_shape))
+
+    def build_reward(self) -> RewardMix:
+        """The reward that scores rollouts and evaluations (a subclass may score otherwise)."""
+        return build_reward(self.config)
 
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from ..config.files import ConfigError, load_config
 from ..config.schema import TrainConfig
 from ..utils.atomic import atomic_write_text
 from .distributed import Dist, barrier, setup, teardown
+from .factory import make_trainer
 from .logs import (
     MetricsCsv,
     TensorBoardLogger,
@@ -24,7 +25,7 @@ from .logs import (
     read_csv,
     save_image_grid,
 )
-from .loop import COLUMNS, SAMPLE_PAIRS, Trainer, checkpoint, resume_point, save_resolved_config
+from .loop import COLUMNS, SAMPLE_PAIRS, checkpoint, resume_point, save_resolved_config
 
 SUMMARY_KEYS = ("eval_reward", "eval_exact", "eval_colour", "eval_shape", "eval_position",
                 "eval_count", "drift")
@@ -65,7 +66,7 @@ def _run(config: TrainConfig, run_dir: Path, resume: bool, progress: bool, d: Di
     main = d.is_main
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(config, dist=d)
+    trainer = make_trainer(config, dist=d)
     done, wall = resume_point(trainer, run_dir) if resume else (0, 0.0)
     metrics = MetricsCsv(metrics_path, COLUMNS) if main else None
     if main:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..config.schema import TrainConfig
 from ..models.policy import Policy
+from .factory import make_trainer
 from .logs import finite_numbers
-from .loop import Trainer
 
 HISTORY_KEYS = ("reward_mean", "reward_max", "exact_mean", "loss", "grpo_loss", "prm_loss", "kl",
                 "clip_frac", "grad_norm", "iteration_s")
@@ -58,7 +59,7 @@ def train_steps(policy: Policy, config: TrainConfig, count: int, previous: Train
                                  f"used {getattr(previous.config, name)!r}")
     config = replace(config, iterations=start + count)
     with torch.inference_mode(False), torch.enable_grad():
-        trainer = Trainer(config, policy, evaluation=False)
+        trainer = make_trainer(config, policy, evaluation=False)
         history: list[dict[str, float]] = []
         if previous is not None:
             trainer.restore(previous.weights, previous.optimizer, previous.state)
@@ -72,3 +73,14 @@ def train_steps(policy: Policy, config: TrainConfig, count: int, previous: Train
         trainer.policy.eval()
         return TrainingState(config, start + count, trainer.trained_state(),
                              trainer.optimizer.state_dict(), trainer.state(), history, trainer.policy)
+
+
+def train_from_picks(policy: Policy, picks_dir: str | Path, config: TrainConfig, iterations: int,
+                     previous: TrainingState | None = None,
+                     on_iteration: Callable[[int, dict[str, Any]], None] | None = None) -> TrainingState:
+    """:func:`train_steps` from the picks of ``picks_dir`` (docs/picks.md): ``config.reward`` must name
+    ``picks`` (e.g. ``picks:0.5,scene:0.5``) and ``config.picks.mode`` says how they train."""
+    config = replace(config, data=replace(config.data, picks=str(picks_dir)))
+    if not config.uses_picks:
+        raise ValueError(f"reward {config.reward!r} does not name picks: e.g. picks:0.5,scene:0.5")
+    return train_steps(policy, config, iterations, previous, on_iteration)

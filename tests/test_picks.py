@@ -1,0 +1,349 @@
+"""A person's picks as training data (docs/picks.md): the folder, the personal reward, both modes,
+the ``treerpo train`` door and ``treerpo bench taste --quick``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from dynamic_treerpo.trainer.config.files import load_config
+from dynamic_treerpo.trainer.config.schema import TrainConfig
+from dynamic_treerpo.trainer.embedded.policy import EmbeddedPolicy
+from dynamic_treerpo.trainer.preferences.pairs import tree_pairs
+from dynamic_treerpo.trainer.preferences.records import ModelId, Picks, PicksFormatError, TreeMeta
+from dynamic_treerpo.trainer.preferences.store import PickStore
+from dynamic_treerpo.trainer.rewards.personal import PersonalReward, fit_from_store, pooled_features
+from dynamic_treerpo.trainer.training.factory import make_trainer
+from dynamic_treerpo.trainer.training.from_picks import PicksTrainer, model_id, store_trees
+from dynamic_treerpo.trainer.training.loop import Trainer
+
+TREERPO = [sys.executable, "-m", "dynamic_treerpo.trainer"]
+SMALL = ["data.prompts_per_iteration=2", "data.eval_pairs=2", "sampling.eval_steps=3", "tree.steps=5",
+         "tree.depth=2", "tree.trees_per_prompt=1", "lora.rank=4", "picks.trees_per_iteration=2"]
+PROMPTS = ["a red circle", "a blue square on the left and a green triangle on the right",
+           "two yellow circles", "a green square"]
+
+
+def _small(*extra: str) -> TrainConfig:
+    return load_config(TrainConfig, None, [*SMALL, *extra])
+
+
+def trainer_tree(trainer: Trainer, prompt: str, seed: int):
+    from dynamic_treerpo.trainer.core.tree import rollout
+
+    p = trainer.policy
+    return rollout(p.velocity, p.encode([prompt]), trainer.plan(0), [seed], p.latent_shape)
+
+
+@pytest.fixture(scope="module")
+def labelled_folder(tmp_path_factory) -> tuple[Path, Trainer]:
+    """Eight stored trees of the embedded model; a person who likes bright leaves labels them."""
+    folder = tmp_path_factory.mktemp("picks")
+    trainer = Trainer(_small(), EmbeddedPolicy.from_pretrained(), evaluation=False)
+    store = PickStore(folder, create=True)
+    ids = store_trees(trainer.policy, store, [PROMPTS[i % 4] for i in range(8)], list(range(8)),
+                      trainer.plan(0), model_id(trainer.policy, "embedded"))
+    for tree_id in ids:
+        brightness = store.load_images(tree_id).mean(dim=(1, 2, 3))
+        order = brightness.argsort(descending=True).tolist()
+        store.save_picks(tree_id, liked=order[:2], disliked=order[-1:])
+    return folder, trainer
+
+
+def test_a_stored_tree_reads_back_whole(labelled_folder) -> None:
+    folder, trainer = labelled_folder
+    store = PickStore(folder)
+    tree_id = store.tree_ids()[0]
+    meta = store.meta(tree_id)
+    assert meta.prompt == PROMPTS[0] and meta.leaves == 4 and meta.model.kind == "embedded"
+    assert meta.image_size == (64, 64) and meta.version == 1
+    tree = store.load_tree(tree_id)
+    again = trainer_tree(trainer, PROMPTS[0], 0)
+    assert torch.equal(tree.leaf_latents, again.leaf_latents.cpu())  # the same rollout, stored exactly
+    images = store.load_images(tree_id)
+    assert images.shape == (4, 3, 64, 64)
+    decoded = trainer.policy.decode(again.leaf_latents).float().cpu().clamp(0, 1)
+    assert (images - decoded).abs().max() <= 1 / 255 + 1e-6  # the PNGs are the leaves, in 8 bits
+    assert store.check(model_id(trainer.policy)) == store.tree_ids()
+
+
+def test_picks_are_appended_and_the_newest_counts(labelled_folder, tmp_path: Path) -> None:
+    folder, _ = labelled_folder
+    store = PickStore(folder)
+    tree_id = store.tree_ids()[1]
+    before = len(list((folder / "trees" / tree_id / "picks").glob("*.json")))
+    store.save_picks(tree_id, liked=[3], disliked=[0])
+    assert len(list((folder / "trees" / tree_id / "picks").glob("*.json"))) == before + 1
+    assert store.picks(tree_id).liked == (3,) and store.picks(tree_id).disliked == (0,)
+    assert Picks((3,), (0,)).values(4) == [-1.0, 0.0, 0.0, 1.0]
+    assert {(p.better, p.worse) for p in tree_pairs(store.picks(tree_id), 4)} == \
+        {(3, 0), (3, 1), (3, 2), (1, 0), (2, 0)}
+
+
+@pytest.mark.parametrize(("liked", "disliked", "message"), [
+    ([], [], "no leaf is marked"),
+    ([0, 1, 2, 3], [], "every leaf has the same mark"),
+    ([0], [0], "both liked and disliked"),
+    ([7], [], "leaf 7 does not exist"),
+])
+def test_picks_that_say_nothing_are_refused(labelled_folder, liked, disliked, message) -> None:
+    folder, _ = labelled_folder
+    store = PickStore(folder)
+    with pytest.raises(ValueError, match=message):
+        store.save_picks(store.tree_ids()[0], liked, disliked)
+
+
+def _copy_tree(src: Path, dst: Path, tree_id: str, **changes) -> None:
+    """A copy of one stored tree into ``dst`` with its tree.json fields changed."""
+    import shutil
+
+    target = dst / "trees" / tree_id
+    shutil.copytree(src / "trees" / tree_id, target)
+    meta = json.loads((target / "tree.json").read_text())
+    for key, value in changes.items():
+        if key == "fingerprint":
+            meta["model"]["fingerprint"] = value
+        else:
+            meta[key] = value
+    (target / "tree.json").write_text(json.dumps(meta))
+
+
+def test_a_folder_unfit_to_train_on_is_refused_in_one_line(labelled_folder, tmp_path: Path) -> None:
+    folder, trainer = labelled_folder
+    ids = PickStore(folder).tree_ids()
+    empty = PickStore(tmp_path / "empty", create=True)
+    with pytest.raises(ValueError, match="holds no tree yet"):
+        empty.check()
+    with pytest.raises(FileNotFoundError, match="not a picks folder"):
+        PickStore(tmp_path / "missing")
+    unlabelled = tmp_path / "unlabelled"
+    _copy_tree(folder, unlabelled, ids[0])
+    for picks in (unlabelled / "trees" / ids[0] / "picks").glob("*.json"):
+        picks.unlink()
+    with pytest.raises(ValueError, match="none is labelled yet"):
+        PickStore(unlabelled).check()
+    mixed = tmp_path / "mixed"
+    _copy_tree(folder, mixed, ids[0])
+    _copy_tree(folder, mixed, ids[1], image_size=[128, 128])
+    with pytest.raises(ValueError, match="mixes image sizes"):
+        PickStore(mixed).check()
+    other = tmp_path / "other"
+    _copy_tree(folder, other, ids[0], fingerprint="0123456789abcdef")
+    with pytest.raises(ValueError, match="made with another model"):
+        PickStore(other).check(model_id(trainer.policy))
+    future = tmp_path / "future"
+    _copy_tree(folder, future, ids[0], version=2)
+    with pytest.raises(PicksFormatError, match="version"):
+        PickStore(future).meta(ids[0])
+    # a tree written half (a crash mid-save) is invisible, never read as a record
+    (folder / "trees" / ".20260101T000000000000Z_dead.partial").mkdir()
+    assert ".20260101T000000000000Z_dead.partial" not in PickStore(folder).tree_ids()
+
+
+def test_the_model_id_ignores_the_lora_it_trains() -> None:
+    policy = EmbeddedPolicy.from_pretrained()
+    a = model_id(policy)
+    trainer = Trainer(_small(), policy.fresh_copy(), evaluation=False)
+    b = model_id(trainer.policy)
+    assert a.same_base(b) and b.lora is not None
+    meta = TreeMeta("p", 0, a, 4, (64, 64), (4, 16, 16), {})
+    assert TreeMeta.from_json(meta.to_json(), "x") == meta
+    assert not a.same_base(ModelId("embedded", "x", "f" * 16))
+
+
+def _squares(count: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` dark 64x64 pictures with one red square each, of random size and place, and the sizes."""
+    images = torch.full((count, 3, 64, 64), 0.1)
+    sizes = torch.randint(6, 30, (count,), generator=generator)
+    for i, size in enumerate(sizes.tolist()):
+        y, x = torch.randint(0, 64 - size, (2,), generator=generator).tolist()
+        images[i, 0, y:y + size, x:x + size] = 0.9
+    return images, sizes.float()
+
+
+def test_the_personal_reward_learns_a_taste_from_pairs() -> None:
+    """A person who likes larger squares (liked 2, disliked 1 of 8): the head fitted on 40 trees' pairs
+    orders the pairs of 20 unseen trees as the person would."""
+    from dynamic_treerpo.trainer.rewards.personal import fit_head, pair_accuracy
+
+    generator = torch.Generator().manual_seed(0)
+    features, pairs = {}, {}
+    for tree in range(60):
+        images, sizes = _squares(8, generator)
+        order = sizes.argsort(descending=True).tolist()
+        features[str(tree)] = pooled_features(images)
+        pairs[str(tree)] = tree_pairs(Picks(tuple(order[:2]), tuple(order[-1:])), 8)
+    fit = {k: v for k, v in features.items() if int(k) < 40}
+    head = fit_head(fit, {k: pairs[k] for k in fit})
+    held = {k: v for k, v in features.items() if int(k) >= 40}
+    assert pair_accuracy(head, held, {k: pairs[k] for k in held}) >= 0.85
+    shuffled = {k: tree_pairs(Picks((int(k) % 8,), ()), 8) for k in held}  # a taste it never saw
+    assert pair_accuracy(head, held, shuffled) < 0.75
+
+
+def test_the_personal_reward_of_a_folder(labelled_folder) -> None:
+    folder, _ = labelled_folder
+    fit = fit_from_store(PickStore(folder), pooled_features)
+    assert fit.trees == 8 and fit.pairs == 8 * 5 and fit.held_out_trees == 2 and fit.held_out_pairs == 10
+    assert 0.0 <= fit.held_out_accuracy <= 1.0
+    reward = PersonalReward(fit, pooled_features)
+    scores = reward(PickStore(folder).load_images(PickStore(folder).tree_ids()[0]), ["a red circle"] * 4)
+    assert scores["reward"].shape == (4,) and torch.isfinite(scores["reward"]).all()
+    every = torch.cat([reward(PickStore(folder).load_images(t), ["p"] * 4)["reward"]
+                       for t in PickStore(folder).tree_ids()])
+    assert abs(float(every.mean())) < 1e-4 and abs(float(every.std()) - 1) < 1e-4  # standardised there
+
+
+def test_reward_mode_trains_on_fresh_rollouts(labelled_folder) -> None:
+    folder, _ = labelled_folder
+    config = _small(f"data.picks={folder}", "reward=picks:0.5,scene:0.5")
+    trainer = make_trainer(config)
+    assert type(trainer) is Trainer and set(trainer.reward.fns) == {"picks", "scene"}
+    batch = trainer.rollout_and_score(0)
+    assert {"reward_picks", "reward_scene"} <= set(batch.scores)
+    assert trainer.reward.fns["picks"].fit.trees == 8
+    row = trainer.step(0)
+    assert torch.isfinite(torch.tensor([row["reward_mean"], row["loss"]])).all()
+
+
+def test_online_mode_trains_the_picked_trees(labelled_folder) -> None:
+    folder, _ = labelled_folder
+    config = _small(f"data.picks={folder}", "reward=picks:0.5,scene:0.5", "picks.mode=online")
+    trainer = make_trainer(config)
+    assert isinstance(trainer, PicksTrainer)
+    weights = {k: v.clone() for k, v in trainer.policy.transformer.named_parameters() if v.requires_grad}
+    first, second = trainer.trees_of(0), trainer.trees_of(1)
+    assert len(first) == 2 and not set(first) & set(second)  # slices of a shuffled pass
+    batch = trainer.rollout_and_score(0)
+    store = PickStore(folder)
+    assert batch.scores["reward_picks"].tolist() == [v for t in first for v in store.picks(t).values(4)]
+    assert batch.tree.leaf_node.numel() == 8 and batch.prompts == [store.meta(t).prompt for t in first]
+    trainer.step(0)
+    moved = [k for k, v in trainer.policy.transformer.named_parameters() if v.requires_grad
+             and not torch.equal(v, weights[k])]
+    assert moved, "one online iteration left every trained weight unchanged"
+
+
+def test_online_mode_refuses_a_strategy_without_a_tree(labelled_folder) -> None:
+    folder, _ = labelled_folder
+    with pytest.raises(ValueError, match="strategy must be dynamic_treerpo"):
+        _small(f"data.picks={folder}", "reward=picks", "picks.mode=online", "strategy=mixgrpo")
+    with pytest.raises(ValueError, match="needs a picks folder"):
+        _small("reward=picks")
+
+
+def test_train_command_reads_the_folder(labelled_folder, tmp_path: Path) -> None:
+    folder, _ = labelled_folder
+    out = subprocess.run([*TREERPO, "train", "--out", str(tmp_path / "run"), "--no-progress",
+                          *[a for s in SMALL for a in ("--set", s)], "--set", "iterations=1",
+                          "--set", "reward=picks:0.5,scene:0.5", "--set", f"data.picks={folder}"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "held-out pair accuracy" in out.stdout + out.stderr
+    assert (tmp_path / "run" / "lora" / "comfyui_lora.safetensors").is_file()
+
+
+def test_bench_taste_quick_prints_every_figure(tmp_path: Path) -> None:
+    page = tmp_path / "results.md"
+    page.write_text("# Results\n\nthe protocol's figures\n")
+    out = subprocess.run([*TREERPO, "bench", "taste", "--quick", "--seeds", "1", "--out", str(tmp_path),
+                          "--docs", str(page)], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads((tmp_path / "taste.json").read_text())
+    assert summary["taste"] == "larger_objects" and summary["trees"] == 6
+    for mode in ("reward", "online"):
+        row = summary["modes"][mode]
+        for key in ("taste_before", "taste_after", "taste_gain_mean", "taste_gain_ci95", "oracle_gain_mean",
+                    "scene_before", "scene_after", "gain_by_trees"):
+            assert key in row, (mode, key)
+        assert row["taste_after"] == pytest.approx(row["taste_before"] + row["taste_gain_mean"])
+    assert 0.0 <= summary["modes"]["reward"]["held_out_pair_accuracy"]["6"] <= 1.0
+    assert "of the oracle's" in out.stdout
+    assert (tmp_path / "before_after.png").is_file()
+    text = page.read_text()
+    assert text.startswith("# Results\n\nthe protocol's figures")
+    assert text.count("bench taste larger_objects, picks 0.15: begin") == 1
+    assert "images/taste_larger_objects_0.15.png" in text and "--quick" in text
+    again = subprocess.run([*TREERPO, "bench", "taste", "--report", "--out", str(tmp_path),
+                            "--docs", str(page)], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert page.read_text() == text  # the section is replaced, not appended again
+
+
+def test_the_protocol_page_keeps_the_taste_section(tmp_path: Path) -> None:
+    from dynamic_treerpo.trainer.bench.taste_page import marks, put_section, sections_of
+
+    page = tmp_path / "results.md"
+    (a, b), (c, d) = marks("t, picks 0.25"), marks("t, picks 0.15")
+    put_section(page, "t, picks 0.25", f"{a}\nfirst\n{b}")
+    put_section(page, "t, picks 0.15", f"{c}\nother\n{d}")
+    put_section(page, "t, picks 0.25", f"{a}\nsecond\n{b}")
+    text = page.read_text()
+    assert sections_of(text) == [f"{a}\nsecond\n{b}", f"{c}\nother\n{d}"] and "first" not in text
+
+
+def test_a_config_change_keeps_the_picks_options() -> None:
+    config = _small("picks.mode=online", "picks.trees_per_iteration=3")
+    assert replace(config, seed=1).picks.trees_per_iteration == 3
+    with pytest.raises(ValueError, match="needs picks\\.backbone_weights"):
+        _small("picks.backbone=pickscore")
+
+
+def test_a_clip_backbone_for_real_models(tmp_path: Path) -> None:
+    """``picks.backbone: pickscore`` reads PickScore's CLIP (here a tiny random one) as the features."""
+    from dynamic_treerpo.trainer.rewards.personal import backbone, fit_head, pair_accuracy
+    from tests.tiny_models import tiny_clip_reward
+
+    features = backbone("pickscore", str(tiny_clip_reward(tmp_path / "clip")))
+    images, sizes = _squares(6, torch.Generator().manual_seed(1))
+    feats = features(images)
+    assert feats.shape[0] == 6 and torch.allclose(feats.norm(dim=-1), torch.ones(6), atol=1e-5)
+    order = sizes.argsort(descending=True).tolist()
+    pairs = {"t": tree_pairs(Picks(tuple(order[:2]), tuple(order[-1:])), 6)}
+    head = fit_head({"t": feats}, pairs)
+    assert pair_accuracy(head, {"t": feats}, pairs) > 0.9  # it fits what it was shown
+    with pytest.raises(ValueError, match="unknown personal-reward backbone"):
+        backbone("dino", "x")
+
+
+def test_online_bench_lands_on_every_checkpoint() -> None:
+    from dynamic_treerpo.trainer.bench.taste import tree_counts
+
+    counts = tree_counts([25, 50, 100, 200], 8)
+    totals = [sum(counts[: i + 1]) for i in range(len(counts))]
+    assert {25, 50, 100, 200} <= set(totals) and totals[-1] == 200 and max(counts) == 8
+
+
+def test_the_fingerprint_does_not_depend_on_threads() -> None:
+    """The check of a folder against the connected model must not change with torch's thread count."""
+    from dynamic_treerpo.trainer.preferences.identity import base_fingerprint
+
+    transformer = EmbeddedPolicy.from_pretrained().transformer
+    threads = torch.get_num_threads()
+    try:
+        seen = set()
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            seen.add(base_fingerprint(transformer))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(seen) == 1
+    assert base_fingerprint(transformer.to(torch.bfloat16).float()) != seen.pop()  # other values, other id
+
+
+def test_online_mode_refuses_trees_another_model_drew(labelled_folder, tmp_path: Path) -> None:
+    """Online trains on the stored edges: they must be this model's (reward mode reads images only)."""
+    folder, _ = labelled_folder
+    other = tmp_path / "other"
+    for tree_id in PickStore(folder).tree_ids():
+        _copy_tree(folder, other, tree_id, fingerprint="0123456789abcdef")
+    with pytest.raises(ValueError, match="made with another model"):
+        make_trainer(_small(f"data.picks={other}", "reward=picks:0.5,scene:0.5", "picks.mode=online"))
+    trainer = make_trainer(_small(f"data.picks={other}", "reward=picks:0.5,scene:0.5"))
+    assert trainer.reward.fns["picks"].fit.trees == 8

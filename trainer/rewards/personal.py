@@ -1,0 +1,196 @@
+"""A personal reward: a small head, fitted on a person's picks, over a frozen image backbone.
+
+``reward: picks`` with ``reward_weights: {picks: FOLDER}`` (``data.picks: FOLDER``): the picks folder's
+labelled trees give preference pairs (``preferences.pairs``: liked > unmarked > disliked, within a
+tree), and a two-layer head on frozen image features is fitted to them with the Bradley-Terry loss
+``softplus(s_worse - s_better)``. The head's score of a new image is the reward.
+
+Backbones (frozen; the head is all that learns):
+
+- ``pooled`` (the default, any image size): the image and its brightest channel average-pooled on
+  8x8, 4x4, 2x2 and 1x1 grids (340 numbers): where the colour is, how much, how bright. No trained
+  weights and nothing of the scene reward: it serves the embedded model, whose 64 px scenes it
+  describes well enough for tastes of size, place and shade.
+- ``pickscore`` / ``hps-v2.1``: the image embedding of that reward's CLIP (its weights path), for real
+  models, where a taste is about style and content that pooled pixels cannot see.
+
+Why a head on frozen features: 200 labelled trees give a few thousand pairs, enough for a few
+thousand parameters, far too few to train a network. Before the final fit on every labelled tree, a
+fit on 80% of them (by tree) is scored on the other 20%: the held-out pair accuracy says how well the
+head generalises (logged, and reported by ``treerpo bench taste``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..preferences.pairs import Pair, split_trees, tree_pairs
+from ..preferences.store import PickStore
+
+GRIDS = (8, 4, 2, 1)
+HIDDEN = 64
+HELD_OUT = 0.2
+Features = Callable[[Tensor], Tensor]
+
+
+def pooled_features(images: Tensor) -> Tensor:
+    """``[B, 3, H, W]`` in [0, 1] -> ``[B, 340]``: RGB and the brightest channel, average-pooled."""
+    x = images.float().clamp(0, 1)
+    x = torch.cat([x, x.amax(dim=1, keepdim=True)], dim=1)
+    return torch.cat([F.adaptive_avg_pool2d(x, g).flatten(1) for g in GRIDS], dim=1)
+
+
+def clip_features(name: str, weights: str | None, device: str | torch.device = "cpu") -> Features:
+    """The unit-norm image embedding of the ``pickscore`` or ``hps-v2.1`` reward's CLIP."""
+    from .clip_family import build_hps, build_pickscore
+
+    builder = {"pickscore": build_pickscore, "hps-v2.1": build_hps}.get(name)
+    if builder is None:
+        raise ValueError(f"unknown personal-reward backbone {name!r}; expected pooled, pickscore or hps-v2.1")
+    reward = builder(weights, device)
+    return lambda images: reward.encode_images(images).float().cpu()
+
+
+def backbone(name: str = "pooled", weights: str | None = None,
+             device: str | torch.device = "cpu") -> Features:
+    if name == "pooled":
+        return pooled_features
+    return clip_features(name, weights, device)
+
+
+class PreferenceHead(nn.Module):
+    """Standardised features -> one score (a two-layer MLP)."""
+
+    def __init__(self, mean: Tensor, std: Tensor, hidden: int = HIDDEN) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean.float())
+        self.register_buffer("std", std.float().clamp(min=1e-6))
+        self.net = nn.Sequential(nn.Linear(mean.numel(), hidden), nn.GELU(), nn.Linear(hidden, 1))
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.net((features.float() - self.mean) / self.std).squeeze(-1)
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    epochs: int = 400
+    lr: float = 1e-2
+    weight_decay: float = 1e-3
+    seed: int = 0
+
+
+def _pair_tensors(features: dict[str, Tensor], pairs: dict[str, list[Pair]]) -> tuple[Tensor, Tensor, Tensor]:
+    """All images stacked, and the rows of each pair's better and worse image."""
+    rows, better, worse, offset = [], [], [], 0
+    for tree_id, feats in features.items():
+        rows.append(feats)
+        better += [offset + p.better for p in pairs[tree_id]]
+        worse += [offset + p.worse for p in pairs[tree_id]]
+        offset += feats.shape[0]
+    return torch.cat(rows), torch.tensor(better, dtype=torch.long), torch.tensor(worse, dtype=torch.long)
+
+
+def fit_head(features: dict[str, Tensor], pairs: dict[str, list[Pair]], config: FitConfig = FitConfig()
+             ) -> PreferenceHead:
+    """Bradley-Terry on every pair of the given trees (full batch, AdamW, seeded)."""
+    images, better, worse = _pair_tensors(features, pairs)
+    if better.numel() == 0:
+        raise ValueError("the picks give no preference pair: like some leaves more than others")
+    with torch.random.fork_rng():
+        torch.manual_seed(config.seed)
+        head = PreferenceHead(images.mean(dim=0), images.std(dim=0))
+    optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    with torch.enable_grad(), torch.inference_mode(False):
+        for _ in range(config.epochs):
+            scores = head(images)
+            loss = F.softplus(scores[worse] - scores[better]).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    return head.eval().requires_grad_(False)
+
+
+def pair_accuracy(head: PreferenceHead, features: dict[str, Tensor], pairs: dict[str, list[Pair]]) -> float:
+    """The share of pairs the head orders as the person did (ties count half); nan without pairs."""
+    images, better, worse = _pair_tensors(features, pairs)
+    if better.numel() == 0:
+        return float("nan")
+    with torch.no_grad():
+        scores = head(images)
+    diff = scores[better] - scores[worse]
+    return float(((diff > 0).float() + 0.5 * (diff == 0).float()).mean())
+
+
+@dataclass(frozen=True)
+class PersonalFit:
+    """A fitted personal reward and how well it generalises."""
+
+    head: PreferenceHead
+    trees: int
+    pairs: int
+    held_out_trees: int
+    held_out_pairs: int
+    held_out_accuracy: float
+    score_mean: float = 0.0  # of the head's scores over the fitted images: the reward is standardised
+    score_std: float = 1.0
+
+
+def fit_from_store(store: PickStore, features: Features, tree_ids: Sequence[str] | None = None,
+                   held_out: float = HELD_OUT, config: FitConfig = FitConfig()) -> PersonalFit:
+    """Fit on the labelled trees of ``store`` (or ``tree_ids``): first on 80% to measure the held-out
+    pair accuracy, then on all of them."""
+    labelled = dict(store.labelled())
+    ids = [t for t in (tree_ids if tree_ids is not None else labelled) if t in labelled]
+    if not ids:
+        raise ValueError(f"the picks folder {store.root} has no labelled tree to fit a personal reward on")
+    with torch.no_grad():
+        feats = {t: features(store.load_images(t)) for t in ids}
+    pairs = {t: tree_pairs(labelled[t], feats[t].shape[0]) for t in ids}
+    fit_ids, held_ids = split_trees(ids, held_out, config.seed)
+    accuracy = float("nan")
+    if held_ids:
+        trial = fit_head({t: feats[t] for t in fit_ids}, {t: pairs[t] for t in fit_ids}, config)
+        accuracy = pair_accuracy(trial, {t: feats[t] for t in held_ids}, {t: pairs[t] for t in held_ids})
+    head = fit_head(feats, pairs, config)
+    with torch.no_grad():
+        scores = head(torch.cat(list(feats.values())))
+    return PersonalFit(head, len(ids), sum(len(p) for p in pairs.values()), len(held_ids),
+                       sum(len(pairs[t]) for t in held_ids), accuracy, float(scores.mean()),
+                       max(float(scores.std()), 1e-6) if scores.numel() > 1 else 1.0)
+
+
+class PersonalReward:
+    """``fn(images, prompts) -> {"reward": head(backbone(images))}``, standardised over the picked trees'
+    images (mean 0, std 1 there). Why: Bradley-Terry fixes only differences of scores, whose scale
+    grows with fitting; a person reading the training curve wants a number that means the same in every
+    run (within-prompt normalisation of the advantages makes training itself indifferent to it)."""
+
+    def __init__(self, fit: PersonalFit, features: Features) -> None:
+        self.fit, self.features = fit, features
+
+    @torch.no_grad()
+    def __call__(self, images: Tensor, prompts: Sequence[str]) -> dict[str, Tensor]:
+        scores = self.fit.head(self.features(images.float().cpu())).float().cpu()
+        return {"reward": (scores - self.fit.score_mean) / self.fit.score_std}
+
+
+def build(weights: str | None, device: str | torch.device = "cpu", backbone_name: str = "pooled",
+          backbone_weights: str | None = None, log: Callable[[str], None] = print) -> PersonalReward:
+    """The personal reward of the picks folder ``weights``."""
+    if not weights:
+        raise ValueError("reward 'picks' needs the picks folder: data.picks: FOLDER (or reward_weights: "
+                         "{picks: FOLDER})")
+    store = PickStore(Path(weights))
+    store.check()
+    features = backbone(backbone_name, backbone_weights, device)
+    fit = fit_from_store(store, features)
+    log(f"personal reward ({backbone_name} features): fitted on {fit.trees} labelled trees "
+        f"({fit.pairs} pairs); held-out pair accuracy {fit.held_out_accuracy:.3f} on "
+        f"{fit.held_out_pairs} pairs of {fit.held_out_trees} trees")
+    return PersonalReward(fit, features)

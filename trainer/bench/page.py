@@ -342,6 +342,9 @@ GPU = (
     "seeds (`--seeds`, at least 2 for the paired tests), images (`--images`), checkpoints (`--checkpoints`) "
     "and rates (`--lrs`, `--max-extensions`). `--quick` is a smoke run of the same pipeline (2 seeds, one "
     "prompt per iteration, 16 scored images per run).",
+    "- **Stopped runs.** `protocol.json` is saved after the sweep and after every test run; the same "
+    "command with `--resume` keeps the sweep's rates and target and runs only what is missing (a different "
+    "budget, bed or set of arms is refused in one line).",
     "- **Evaluation** is not charged to the budgets but takes time: `data.eval_pairs` images of "
     "`sampling.eval_steps` steps at each of up to 2 x 8 + 1 checkpoints per run. The paper's 400 HPDv2 test "
     "prompts at 25 steps, 17 times a run, would outlast the training: set `data.eval_pairs` (64 above).",

@@ -25,28 +25,29 @@ from ._comfy import (
     embedded_policy_of,
     flow_family,
     io,
-    latent_shape_of,
-    lora_patched,
     model_roots,
     models_directory,
     node_progress,
     tree_memory,
 )
 from .budget import MAX_LEAVES, check_memory, stored_latents
-from .comfy_policy import ComfyModelPolicy
-from .embedded import EmbeddedType
 from .inputs import about, check_embedded_text, check_ranges, parse_lines, parse_weights
 from .picks_folders import PICKS_ROOT
 from .picks_folders import picks_folder as folder_of
 from .sampling import check_tree_inputs, tree_config
 from .training import (
-    TRAINED_MARK,
-    LoraModelType,
     RunType,
+    check_continuable,
     check_training_budget,
+    comfy_lora,
+    comfy_policy,
+    is_embedded,
+    iteration_reporter,
     model_defaults,
+    model_inputs,
     node_config,
-    reward_curve,
+    trained_outputs,
+    training_outputs,
 )
 from .widgets import check_reward_inputs, reward_names, settings_input
 
@@ -61,31 +62,10 @@ def folder_input() -> io.String.Input:
                                    f"output/{PICKS_ROOT}/<name>; use one folder per model and image size")
 
 
-def model_inputs() -> list:
-    """The optional inputs that say how to encode and decode for the MODEL (as TreeRPO Train LoRA's)."""
-    return [io.Clip.Input("clip", display_name="text encoder (clip)", optional=True,
-                          tooltip="a loader's MODEL: encodes the prompts"),
-            io.Vae.Input("vae", display_name="image decoder (vae)", optional=True,
-                         tooltip="a loader's MODEL: decodes the images you pick from"),
-            io.Latent.Input("latent", display_name="image size (empty latent)", optional=True,
-                            tooltip="a loader's MODEL: an empty latent of the size to draw (default "
-                                    "512 x 512)")]
-
-
-def is_embedded(model: Any) -> bool:
-    return getattr(model.model, "__dict__", {}).get("policy") is not None
-
-
-def comfy_policy(model: Any, clip: Any, vae: Any, latent: dict | None, guidance: float | None = None,
-                 family: Any = None, height: int = 512, width: int = 512) -> ComfyModelPolicy:
-    """A Policy over a MODEL of ComfyUI's loaders (its clip and vae connected)."""
-    family = family or flow_family(model)
-    if clip is None or vae is None:
-        missing = "clip" if clip is None else "vae"
-        raise ValueError(f"{missing}: a {family.name} MODEL needs its clip and vae connected")
-    empty = {"samples": torch.zeros(1, 4, height // 8, width // 8)}
-    shape = latent_shape_of(model, latent if latent is not None else empty)
-    return ComfyModelPolicy(model.clone(), clip, vae, shape, guidance, family=family)
+def picks_model_inputs() -> list:
+    """The optional inputs that say how to encode and decode for a loader's MODEL (as Train LoRA's)."""
+    return model_inputs("decodes the images you pick from", "image size (empty latent)",
+                        "an empty latent of the size to draw (default 512 x 512)")
 
 
 class TreeRPOSampleToPick(io.ComfyNode):
@@ -129,7 +109,7 @@ class TreeRPOSampleToPick(io.ComfyNode):
                                    max=2.0, step=0.05,
                                    tooltip="how different the variations are (SDE noise level)"),
                     folder_input(),
-                    *model_inputs()],
+                    *picks_model_inputs()],
             outputs=[io.Image.Output(display_name="leaves", tooltip="every variation of every tree"),
                      io.String.Output(display_name="picks folder", tooltip="the picks folder's name")],
             is_output_node=True)
@@ -256,12 +236,8 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
                     settings_input(),
                     RunType.Input("previous", display_name="continue run", optional=True,
                                   tooltip="continue this run (the run output of another training node)"),
-                    *model_inputs()],
-            outputs=[io.Model.Output(display_name="model", tooltip="the input MODEL with the trained LoRA"),
-                     EmbeddedType.Output(display_name="embedded", tooltip="embedded model runs only"),
-                     RunType.Output(display_name="run"),
-                     LoraModelType.Output(display_name="lora",
-                                          tooltip="for ComfyUI's own Save LoRA Weights and Load LoRA Model")])
+                    *picks_model_inputs()],
+            outputs=training_outputs())
 
     @classmethod
     def validate_inputs(cls, picks_folder: str, guard_reward: str, picks_weight: float, reward_weights: str,
@@ -298,17 +274,7 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
                 latent: dict | None = None) -> io.NodeOutput:
         folder = folder_of(picks_folder)
         weights = parse_weights(reward_weights, models_directory(), model_roots())
-        report = node_progress(iterations)
-        history: list[dict] = []
-
-        def on_iteration(done: int, row: dict) -> None:
-            history.append(row)
-            mean = row.get("reward_mean")
-            text = f"iteration {done}/{iterations}"
-            if mean is not None:
-                text += f": reward {float(mean):.4f}"
-            report(done, text, reward_curve(history, iterations))
-
+        on_iteration = iteration_reporter(iterations)
         store = PickStore(folder)
         if is_embedded(model):
             policy, shift = embedded_policy_of(model)
@@ -318,13 +284,10 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
             config = picks_config(iterations, folder_prompts(store, labelled), guard_reward, picks_weight,
                                   weights, str(folder), mode, seed, settings)
             run = train_from_picks(policy, folder, config, iterations, previous, on_iteration)
-            lora = comfy_lora(run)
-            return io.NodeOutput(embedded_model_patcher(run.policy, shift), run.policy, run, lora)
+            return io.NodeOutput(embedded_model_patcher(run.policy, shift), run.policy, run, comfy_lora(run))
 
         family = flow_family(model)
-        if previous is not None and model.model_options.get(TRAINED_MARK):
-            raise ValueError("previous: to continue a run, connect the base MODEL: this one already carries "
-                             "the run's LoRA")
+        check_continuable(model, previous)
         defaults = model_defaults(model, family)
         probe = picks_config(iterations, [], guard_reward, picks_weight, weights, str(folder), mode, seed,
                              settings, defaults)
@@ -336,10 +299,7 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
                               weights, str(folder), mode, seed, settings, defaults)
         with policy.training(checkpointing=m.gradient_checkpointing):
             run = train_from_picks(policy, folder, config, iterations, previous, on_iteration)
-        lora = comfy_lora(run)
-        trained = lora_patched(model, lora)
-        trained.model_options[TRAINED_MARK] = True
-        return io.NodeOutput(trained, None, run, lora)
+        return trained_outputs(model, run)
 
 
 def picks_config(iterations: int, prompts: list[str], guard_reward: str, picks_weight: float,
@@ -350,12 +310,6 @@ def picks_config(iterations: int, prompts: list[str], guard_reward: str, picks_w
     spec = picks_spec(guard_reward, picks_weight)
     return node_config(iterations, prompts, spec, {**weights, "picks": folder}, "dynamic_treerpo", seed,
                        settings + f"\npicks.mode={mode}", defaults or [])
-
-
-def comfy_lora(run: TrainingState) -> dict[str, torch.Tensor]:
-    from ..trainer.lora.keys import COMFYUI_PREFIX, comfyui_state
-
-    return comfyui_state(run.weights, run.config.lora.alpha, COMFYUI_PREFIX)
 
 
 NODES: list[type[io.ComfyNode]] = [TreeRPOSampleToPick, TreeRPOTrainFromPicks]

@@ -7,7 +7,7 @@ runs, so a workflow trains exactly as ``treerpo train`` does.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -156,19 +156,11 @@ class TreeRPOTrainLoRA(io.ComfyNode):
                 settings_input(),
                 RunType.Input("previous", display_name="continue run", optional=True,
                               tooltip="continue this run (the run output of another Train LoRA node)"),
-                io.Clip.Input("clip", display_name="text encoder (clip)", optional=True,
-                              tooltip="a loader's MODEL: encodes the prompts"),
-                io.Vae.Input("vae", display_name="image decoder (vae)", optional=True,
-                             tooltip="a loader's MODEL: decodes images for the reward"),
-                io.Latent.Input("latent", display_name="training size (empty latent)", optional=True,
-                                tooltip="a loader's MODEL: an empty latent of the training size (default: "
-                                        "model.height x model.width of the settings)"),
+                *model_inputs("decodes images for the reward", "training size (empty latent)",
+                              "an empty latent of the training size (default: model.height x model.width "
+                              "of the settings)"),
             ],
-            outputs=[io.Model.Output(display_name="model", tooltip="the input MODEL with the trained LoRA"),
-                     EmbeddedType.Output(display_name="embedded", tooltip="embedded model runs only"),
-                     RunType.Output(display_name="run"),
-                     LoraModelType.Output(display_name="lora",
-                                          tooltip="for ComfyUI's own Save LoRA Weights and Load LoRA Model")])
+            outputs=training_outputs())
 
     @classmethod
     def validate_inputs(cls, prompts: str, reward: str, reward_mix: str, reward_weights: str, settings: str,
@@ -189,42 +181,96 @@ class TreeRPOTrainLoRA(io.ComfyNode):
                 latent: dict | None = None) -> io.NodeOutput:
         weights = parse_weights(reward_weights, models_directory(), model_roots())
         reward = reward_spec(reward, reward_mix)
-        report = node_progress(iterations)
-        history: list[dict] = []
-
-        def on_iteration(done: int, row: dict) -> None:
-            history.append(row)
-            mean = row.get("reward_mean")
-            text = f"iteration {done}/{iterations}"
-            if mean is not None:
-                text += f": reward {float(mean):.4f}"
-            report(done, text, reward_curve(history, iterations))
-
-        if getattr(model.model, "__dict__", {}).get("policy") is not None:  # the embedded model
+        on_iteration = iteration_reporter(iterations)
+        if is_embedded(model):
             policy, shift = embedded_policy_of(model)
             config = node_config(iterations, parse_lines(prompts), reward, weights, strategy, seed, settings)
             run = train_steps(policy.fresh_copy(), config, iterations, previous, on_iteration=on_iteration)
-            lora = comfyui_state(run.weights, run.config.lora.alpha, COMFYUI_PREFIX)
-            return io.NodeOutput(embedded_model_patcher(run.policy, shift), run.policy, run, lora)
+            return io.NodeOutput(embedded_model_patcher(run.policy, shift), run.policy, run, comfy_lora(run))
 
         family = flow_family(model)
         if clip is None or vae is None:
             raise ValueError(f"training a {family.name} MODEL needs its clip and vae inputs connected")
-        if previous is not None and model.model_options.get(TRAINED_MARK):
-            raise ValueError("to continue a run, connect the base MODEL: this one already carries the "
-                             "run's LoRA")
+        check_continuable(model, previous)
         config = node_config(iterations, parse_lines(prompts), reward, weights, strategy, seed, settings,
                              model_defaults(model, family))
         m = config.model
-        empty = {"samples": torch.zeros(1, 4, m.height // 8, m.width // 8)}
-        shape = latent_shape_of(model, latent if latent is not None else empty)
-        policy = ComfyModelPolicy(model.clone(), clip, vae, shape, m.guidance, family=family)
+        policy = comfy_policy(model, clip, vae, latent, m.guidance, family, m.height, m.width)
         with policy.training(checkpointing=m.gradient_checkpointing):
             run = train_steps(policy, config, iterations, previous, on_iteration=on_iteration)
-        lora = comfyui_state(run.weights, run.config.lora.alpha, COMFYUI_PREFIX)
-        trained = lora_patched(model, lora)
-        trained.model_options[TRAINED_MARK] = True
-        return io.NodeOutput(trained, None, run, lora)
+        return trained_outputs(model, run)
+
+
+def is_embedded(model: Any) -> bool:
+    """Whether a MODEL is the pack's embedded one (its policy rides on the model object)."""
+    return getattr(model.model, "__dict__", {}).get("policy") is not None
+
+
+def model_inputs(decode: str, latent_label: str, latent_tooltip: str) -> list:
+    """The optional inputs that say how to encode and decode for a loader's MODEL."""
+    return [io.Clip.Input("clip", display_name="text encoder (clip)", optional=True,
+                          tooltip="a loader's MODEL: encodes the prompts"),
+            io.Vae.Input("vae", display_name="image decoder (vae)", optional=True,
+                         tooltip=f"a loader's MODEL: {decode}"),
+            io.Latent.Input("latent", display_name=latent_label, optional=True,
+                            tooltip=f"a loader's MODEL: {latent_tooltip}")]
+
+
+def training_outputs() -> list:
+    """What a training node gives: the trained MODEL, the embedded model, the run and the LoRA."""
+    return [io.Model.Output(display_name="model", tooltip="the input MODEL with the trained LoRA"),
+            EmbeddedType.Output(display_name="embedded", tooltip="embedded model runs only"),
+            RunType.Output(display_name="run"),
+            LoraModelType.Output(display_name="lora",
+                                 tooltip="for ComfyUI's own Save LoRA Weights and Load LoRA Model")]
+
+
+def iteration_reporter(iterations: int) -> Callable[[int, dict], None]:
+    """The node's progress: 'iteration k/n: reward r' and the reward curve so far as its preview."""
+    report = node_progress(iterations)
+    history: list[dict] = []
+
+    def on_iteration(done: int, row: dict) -> None:
+        history.append(row)
+        mean = row.get("reward_mean")
+        text = f"iteration {done}/{iterations}"
+        if mean is not None:
+            text += f": reward {float(mean):.4f}"
+        report(done, text, reward_curve(history, iterations))
+
+    return on_iteration
+
+
+def check_continuable(model: Any, previous: TrainingState | None) -> None:
+    """A run continues from its base MODEL, never from one that already carries its LoRA."""
+    if previous is not None and model.model_options.get(TRAINED_MARK):
+        raise ValueError("previous: to continue a run, connect the base MODEL: this one already carries "
+                         "the run's LoRA")
+
+
+def comfy_policy(model: Any, clip: Any, vae: Any, latent: dict | None, guidance: float | None = None,
+                 family: FlowFamily | None = None, height: int = 512, width: int = 512) -> ComfyModelPolicy:
+    """A Policy over a MODEL of ComfyUI's loaders (its clip and vae connected)."""
+    family = family or flow_family(model)
+    if clip is None or vae is None:
+        missing = "clip" if clip is None else "vae"
+        raise ValueError(f"{missing}: a {family.name} MODEL needs its clip and vae connected")
+    empty = {"samples": torch.zeros(1, 4, height // 8, width // 8)}
+    shape = latent_shape_of(model, latent if latent is not None else empty)
+    return ComfyModelPolicy(model.clone(), clip, vae, shape, guidance, family=family)
+
+
+def comfy_lora(run: TrainingState) -> dict[str, torch.Tensor]:
+    """The run's LoRA in ComfyUI's keys, for its LoRA nodes."""
+    return comfyui_state(run.weights, run.config.lora.alpha, COMFYUI_PREFIX)
+
+
+def trained_outputs(model: Any, run: TrainingState) -> io.NodeOutput:
+    """A loader MODEL's outputs: the MODEL patched with the run's LoRA (marked as carrying it)."""
+    lora = comfy_lora(run)
+    trained = lora_patched(model, lora)
+    trained.model_options[TRAINED_MARK] = True
+    return io.NodeOutput(trained, None, run, lora)
 
 
 def confined_path(prefix: str, suffix: str) -> Path:

@@ -31,8 +31,13 @@ def test_paired_test_is_scipys_ttest_rel_with_the_t_interval_of_the_differences(
 
 
 def test_paired_edge_cases_are_exact_or_refused() -> None:
-    same = paired([1.0, 2.0, 3.0], [0.5, 1.5, 2.5])  # every seed differs by exactly 0.5
-    assert (same.difference, same.low, same.high, same.p_value) == (0.5, 0.5, 0.5, 0.0)
+    # every seed differs by exactly 0.5 (times on the checkpoint grid do): no spread for a t test, and
+    # no certainty either. The exact sign-flip test: 2 of the 2**3 sign patterns reach the mean.
+    same = paired([1.0, 2.0, 3.0], [0.5, 1.5, 2.5])
+    assert (same.difference, same.low, same.high, same.p_value) == (0.5, 0.5, 0.5, 0.25)
+    assert verdict(same, holm([same.p_value])[0]) == "inconclusive"  # 3 seeds cannot prove it
+    assert paired([2.0] * 6, [1.0] * 6).p_value == pytest.approx(2 / 64)
+    assert one_sample([0.4, 0.4, 0.4], 0.6).p_value == 0.25
     assert paired([1.0, 2.0], [1.0, 2.0]).p_value == 1.0
     with pytest.raises(ValueError, match="same seeds on both sides"):
         paired([1.0, 2.0], [1.0])

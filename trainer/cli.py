@@ -151,7 +151,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                    help="a smoke run of every arm (2 seeds, a few iterations, tiny batches): what CI runs")
     q.add_argument("--arms", default=None, metavar="A,B,...",
                    help="run only these arms (comma-separated names; default: all)")
-    q.add_argument("--seeds", type=int, default=None, help="seeds per arm (default 5; --quick 2)")
+    q.add_argument("--seeds", type=int, default=None, help="seeds per arm (default 3; --quick 2)")
     q.add_argument("--images", type=int, default=None, help="scored images per run (default 1536)")
     q.add_argument("--seconds", type=float, default=None,
                    help="equal-seconds budget (default: MixGRPO's time for the image budget)")

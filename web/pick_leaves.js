@@ -379,17 +379,25 @@ function panelHeight(node, picker) {
   return CHROME + Math.ceil(tree.leaves / cols) * (cell + GAP);
 }
 
-/** Show the picking panel of the node's folder on the sampling node (once the folder holds trees). */
-async function showPanel(node) {
-  const name = folderName(node);
-  if (!name) return;
+/** The folder's picker with its trees read again from the server; null (and a console line) when the
+ * server could not answer, so a node keeps what it shows. */
+async function refreshedPicker(name) {
   const picker = pickerFor(name);
   try {
     await picker.refresh();
   } catch (err) {
     console.warn(`TreeRPO picks: ${err.message ?? err}`);
-    return;
+    return null;
   }
+  return picker;
+}
+
+/** Show the picking panel of the node's folder on the sampling node (once the folder holds trees). */
+async function showPanel(node) {
+  const name = folderName(node);
+  if (!name) return;
+  const picker = await refreshedPicker(name);
+  if (!picker) return;
   if (!picker.trees.length && !node.treerpoPanel) return;
   if (node.treerpoPanel?.picker !== picker) {
     node.treerpoPanel?.view.dispose();
@@ -423,13 +431,8 @@ async function showStatus(node) {
   const name = folderName(node);
   let widget = node.widgets?.find((w) => w.name === STATUS);
   if (!name) { if (widget) widget.element.firstChild.textContent = ""; return; }
-  const picker = pickerFor(name);
-  try {
-    await picker.refresh();
-  } catch (err) {
-    console.warn(`TreeRPO picks: ${err.message ?? err}`);
-    return;
-  }
+  const picker = await refreshedPicker(name);
+  if (!picker) return;
   // another call may have added the line while this one waited (created, then configured): use it
   widget = node.widgets?.find((w) => w.name === STATUS);
   if (!picker.trees.length && !widget) return;

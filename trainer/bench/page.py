@@ -145,12 +145,18 @@ def _protocol(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
             "budget. Per arm: the restricted mean time (the area under the Kaplan-Meier curve up "
             "to the budget; with censoring only at the budget it equals the mean of min(time, "
             "budget)) and how many seeds reached the target. Two arms are compared with the "
-            "paired t test of min(time, budget) per seed: the test is on that capped time.",
+            "paired t test of min(time, budget) per seed: the test is on that capped time. A time is "
+            "the images or seconds spent at the first checkpoint that reached the target, so times are "
+            "resolved to the checkpoints (a seed that reached it at the first one may have needed "
+            "fewer).",
         "Seeds and tests":
             f"{b.seeds} per arm ({b.first_seed}..{b.first_seed + b.seeds - 1}). A seed gives "
             "every arm the same prompts and LoRA initialisation, so two arms are compared by "
             "the paired t test of their per-seed differences; ± and the intervals are "
-            "unadjusted 95% t intervals.",
+            "unadjusted 95% t intervals. When every seed gives the same difference (times on the "
+            "checkpoint grid can), a t test has no spread to use and the exact sign-flip test "
+            f"stands in for it: p = 2/2^n, {2 / 2 ** b.seeds:g} with {b.seeds} seeds, so such a "
+            "difference alone is never read as proof.",
         "Multiple comparisons":
             f"the primary family is the claims table ({_plural(family_size(tests, 'primary'), 'test')}); "
             "the secondary family is every other comparison: like for like, ablations, clip treatments "
@@ -205,16 +211,16 @@ def _recipes(result: ProtocolResult, rows: Sequence[dict[str, Any]]) -> list[str
 
 
 def _terms(result: ProtocolResult) -> list[str]:
-    """With a reward mix: each term's held-out mean before training and at the image budget, per main
-    arm, so a gain won at one term's expense shows."""
+    """With a reward mix: each term's held-out mean before training and at both budgets, per main arm,
+    so a gain won at one term's expense shows (at equal seconds a cheap iteration trains longer)."""
     first = result.runs[0].points[0] if result.runs else {}
     terms = sorted(k for k in first if k.startswith("reward_") and k != "reward_ema")
     if not terms:
         return []
     names = [t.removeprefix("reward_") for t in terms]
-    lines = ["### Each term of the reward (as published, at equal images)", "",
-             "| arm | " + " | ".join(f"{n}: before -> after" for n in names) + " |",
-             "|---|" + "---|" * len(names)]
+    lines = ["### Each term of the reward (as published)", "",
+             "| arm | " + " | ".join(f"{n}: before | at equal images | at equal seconds" for n in names)
+             + " |", "|---|" + "---|---|---|" * len(names)]
     for arm in (a for a in result.arms if a.role == "main"):
         runs = result.runs_of(arm.name, "published")
         if not runs:
@@ -222,8 +228,10 @@ def _terms(result: ProtocolResult) -> list[str]:
         cells = []
         for term in terms:
             before = sum(r.points[0][term] for r in runs) / len(runs)
-            after = sum(r.points[r.image_marks[-1]][term] for r in runs) / len(runs)
-            cells.append(f"{before:.4f} -> {after:.4f} ({after - before:+.4f})")
+            cells.append(f"{before:.4f}")
+            for marks in ("image_marks", "second_marks"):
+                after = sum(r.points[getattr(r, marks)[-1]][term] for r in runs) / len(runs)
+                cells.append(f"{after:.4f} ({after - before:+.4f})")
         lines.append(f"| {arm.name} | " + " | ".join(cells) + " |")
     return [*lines, "", "Means over seeds; the `function` term is the taste. A recipe that raises the "
             "mixed reward while the scene term falls is trading prompt-following for the taste.", ""]
@@ -337,7 +345,7 @@ GPU = (
     "```",
     "",
     "- **Cost.** Before training the command prints its plan (runs x iterations) and, after the sweep, the "
-    "training time the sweep's iteration times predict. All 9 main arms and 7 ablations at 5 seeds is days "
+    "training time the sweep's iteration times predict. All 9 main arms and 7 ablations at 3 seeds is days "
     "of FLUX training: choose arms (`--arms`; MixGRPO sets the equal-seconds budget, else give `--seconds`), "
     "seeds (`--seeds`, at least 2 for the paired tests), images (`--images`), checkpoints (`--checkpoints`) "
     "and rates (`--lrs`, `--max-extensions`). `--quick` is a smoke run of the same pipeline (2 seeds, one "
@@ -360,16 +368,20 @@ GPU = (
 SCOPE = (
     "## Scope",
     "",
-    "- On the embedded default this is a 1.85M-parameter model on CPU with the scene reward, not FLUX on "
-    "GPUs. Forward counts are properties of the plans and carry over (`treerpo nfe`, README); seconds and "
-    "rewards are the test bed's. The same command runs on a FLUX or SD3 config with a model reward (above).",
-    "- The budgets are small (a few thousand scored images per run): the embedded test bed gains about "
-    "+0.002 to +0.004 held-out reward per thousand images (docs/algorithm.md), so differences between "
-    "recipes of that order need more images or seeds than this page spends to leave \"inconclusive\".",
+    "- On the embedded default this is a 1.85M-parameter model on CPU with the task of the test bed above, "
+    "not FLUX on GPUs. Forward counts are properties of the plans and carry over (`treerpo nfe`, README); "
+    "seconds and rewards are the test bed's. The same command runs on a FLUX or SD3 config with a model "
+    "reward (above).",
+    "- Whether the budget separates gains from seed noise at all is the budget check above; differences "
+    "between recipes much smaller than the default's own 95% half-width need more images or seeds than "
+    "this page spends to leave \"inconclusive\".",
+    "- Equal seconds give an arm with a cheaper iteration more iterations on the same prompts: a recipe "
+    "that overshoots the reward's optimum with more updates loses there what it won at equal images. The "
+    "curves show both.",
     "- Seeds are the outer loop, so a slow period hits the arms of one seed, not one arm; the per-iteration "
     "CPU and wall seconds of every run are in `protocol.json`.",
-    "- Each held-out measurement is one fixed set of test prompt/seed pairs; between two measurements of one "
-    "run the reward moves by about ±0.01, the size of most differences here.",
+    "- Each held-out measurement is one fixed set of test prompt/seed pairs, the same for every arm, so its "
+    "sampling noise is shared by the pairs compared but not removed from each arm's own figure.",
     "- The sampler's own overhead and memory: [sampler.md](sampler.md).",
 )
 

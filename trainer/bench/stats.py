@@ -3,7 +3,8 @@ adjustment within a family of tests, and the verdicts.
 
 Pure functions over per-seed values. Seeds are paired: a seed gives every arm the same prompts and
 the same LoRA initialisation, so two arms are compared by the per-seed differences (a paired t
-test, scipy's ``ttest_rel``), which removes the seed-to-seed variation both arms share. A verdict
+test, scipy's ``ttest_rel``), which removes the seed-to-seed variation both arms share; when every
+seed gives the same difference, the exact sign-flip test stands in for it. A verdict
 is read from the Holm-adjusted p-value of its family, never from the raw one, and never goes
 beyond its interval: a difference that does not survive the adjustment is "inconclusive".
 """
@@ -60,16 +61,27 @@ class Comparison:
     n: int
 
 
+def sign_flip_p(n: int, difference: float) -> float:
+    """The exact two-sided sign-flip test of ``n`` identical per-seed differences: of the ``2**n`` ways
+    to flip their signs (each as likely when the arms do not differ), only the two with every sign
+    alike reach the observed mean, so ``p = 2 / 2**n`` (0.25 with 3 seeds); 1 when the difference is 0.
+
+    Why: a t test has no spread to use when every seed gives the same difference (times to target are
+    resolved to the checkpoints, so this happens), and reading that as certainty (p 0) would let three
+    seeds "prove" anything."""
+    return 1.0 if difference == 0.0 else min(1.0, 2.0 / 2.0**n)
+
+
 def _compare(differences: Sequence[float], p_value: Callable[[], float]) -> Comparison:
     """Mean of ``differences`` with ``mean ± t(0.975, n-1) * sd / sqrt(n)``; ``p_value`` is asked only
-    when the differences vary (identical differences are exact: p 1 when 0, else 0)."""
+    when the differences vary (identical differences get the exact sign-flip test, ``sign_flip_p``)."""
     n = len(differences)
     if n < 2:
         raise ValueError(f"a t test needs at least two seeds, got {n}")
     diff = statistics.fmean(differences)
     sd = statistics.stdev(differences)
     if sd == 0.0:
-        return Comparison(diff, diff, diff, 1.0 if diff == 0.0 else 0.0, n)
+        return Comparison(diff, diff, diff, sign_flip_p(n, diff), n)
     half = _t_quantile(n) * sd / math.sqrt(n)
     return Comparison(diff, diff - half, diff + half, p_value(), n)
 

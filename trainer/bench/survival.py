@@ -5,7 +5,8 @@ only known to exceed the budget. Counting it as the budget and averaging (or tes
 were a measured time mixes two kinds of number; the standard summary is the restricted mean time
 to the event, the area under the Kaplan-Meier survival curve up to the budget. With censoring only
 at the budget, as in the protocol, that area equals the mean of ``min(time, budget)``, and the
-paired comparison of two arms is the paired t test of those per-seed values.
+paired comparison of two arms is the paired t test of those per-seed values (the exact sign-flip
+test when they differ by the same amount on every seed: ``stats.sign_flip_p``).
 
 scipy has Kaplan-Meier from 1.11 (``scipy.stats.ecdf`` with ``CensoredData``); the floor is 1.10,
 so the estimator is written here (a few lines, tested against hand-computed areas).

@@ -80,7 +80,7 @@ def _tree(request: web.Request) -> tuple[PickStore | None, str, web.Response | N
         return None, tree_id, error
     if store is None:
         return None, tree_id, _error(404, f"picks folder {name!r} holds no tree yet")
-    if not TREE_ID.fullmatch(tree_id) or tree_id not in store.tree_ids():
+    if not TREE_ID.fullmatch(tree_id) or not store.has_tree(tree_id):
         return None, tree_id, _error(404, f"no tree {tree_id!r} in picks folder {name!r}")
     return store, tree_id, None
 
@@ -90,9 +90,9 @@ async def get_leaf(request: web.Request) -> web.StreamResponse:
     if error is not None:
         return error
     leaf = int(request.match_info["leaf"])
-    if leaf >= store.meta(tree_id).leaves:
-        return _error(404, f"tree {tree_id} has no leaf {leaf}")
     path: Path = store.image_path(tree_id, leaf)
+    if not path.is_file():  # past the tree's leaves: stored trees hold exactly their leaves' images
+        return _error(404, f"tree {tree_id} has no leaf {leaf}")
     # a stored leaf never changes: the browser may keep it
     return web.FileResponse(path, headers={"Cache-Control": "max-age=31536000, immutable"})
 

@@ -14,7 +14,10 @@ Import this inside a process where ComfyUI is on ``sys.path`` and set up (args p
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import math
+import sys
+from types import ModuleType
 from typing import Any
 
 import comfy.model_management
@@ -258,3 +261,14 @@ class StandInVae:
             latents = latents.movedim(2, 1).flatten(0, 1)
         rgb = torch.einsum("rc,bchw->bhwr", self.projection.to(latents.device), latents.float()).sigmoid()
         return rgb.repeat_interleave(self.scale, dim=1).repeat_interleave(self.scale, dim=2)
+
+
+def load_pack(pack_root: str, name: str = "treerpo_pack") -> ModuleType:
+    """Import the pack from its folder as the package ``name``, as ComfyUI's loader imports a custom
+    node folder by path, so that ``from <name>.nodes... import ...`` works in a test's process."""
+    spec = importlib.util.spec_from_file_location(name, pack_root + "/__init__.py",
+                                                  submodule_search_locations=[pack_root])
+    pack = importlib.util.module_from_spec(spec)
+    sys.modules[name] = pack
+    spec.loader.exec_module(pack)
+    return pack

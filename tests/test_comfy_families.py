@@ -28,7 +28,7 @@ from comfyui_server import REPO, require_comfyui
 TESTS = Path(__file__).resolve().parent
 
 _SCRIPT = r'''
-import importlib.util, json, logging, shutil, sys, time
+import json, logging, shutil, sys, time
 from pathlib import Path
 comfy_root, pack_root, tests_dir, work, wanted, fp8_wanted = sys.argv[1:7]
 sys.path.insert(0, comfy_root)
@@ -48,17 +48,13 @@ folder_paths.set_output_directory(str(work / "output"))
 folder_paths.set_temp_directory(str(work / "temp"))
 import nodes as comfy_nodes  # ComfyUI's own nodes: LoraLoaderModelOnly
 
-spec = importlib.util.spec_from_file_location("treerpo_pack", pack_root + "/__init__.py",
-                                              submodule_search_locations=[pack_root])
-pack = importlib.util.module_from_spec(spec)
-sys.modules["treerpo_pack"] = pack
-spec.loader.exec_module(pack)
+from comfy_families import StandInClip, StandInVae, latent_shape, load_pack, tiny_model
+load_pack(pack_root)
 from treerpo_pack.nodes._comfy import denoise, flow_family, latent_shape_of, prompt_model_conds
 from treerpo_pack.nodes.sampling import TreeRPOBestOfTree, TreeRPOTreeSampler
 from treerpo_pack.nodes.comfy_policy import ComfyModelPolicy
 from treerpo_pack.nodes.training import TreeRPOSaveLoRA, TreeRPOTrainLoRA
 from treerpo_pack.trainer.lora.adapters import attach_lora, load_lora_state
-from comfy_families import StandInClip, StandInVae, latent_shape, tiny_model
 
 class Warnings(logging.Handler):
     def __init__(self):

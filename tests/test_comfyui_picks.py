@@ -371,7 +371,7 @@ def test_a_tree_over_the_leaf_budget_is_refused_at_validation(server: Server) ->
 # ------------------------------------------------------------------------------ a MODEL of ComfyUI's loaders
 
 _FLOW_SCRIPT = r'''
-import importlib.util, json, sys
+import json, sys
 from pathlib import Path
 comfy_root, pack_root, tests_dir, work, settings = sys.argv[1:6]
 sys.path.insert(0, comfy_root)
@@ -386,14 +386,10 @@ work = Path(work)
 (work / "temp").mkdir(parents=True, exist_ok=True)
 folder_paths.set_output_directory(str(work / "output"))
 folder_paths.set_temp_directory(str(work / "temp"))
-spec = importlib.util.spec_from_file_location("treerpo_pack", pack_root + "/__init__.py",
-                                              submodule_search_locations=[pack_root])
-pack = importlib.util.module_from_spec(spec)
-sys.modules["treerpo_pack"] = pack
-spec.loader.exec_module(pack)
+from comfy_families import StandInClip, StandInVae, latent_shape, load_pack, tiny_model
+load_pack(pack_root)
 from treerpo_pack.nodes.picks import TreeRPOSampleToPick, TreeRPOTrainFromPicks
 from treerpo_pack.trainer.preferences.store import PickStore
-from comfy_families import StandInClip, StandInVae, latent_shape, tiny_model
 
 out = {}
 for family in ("SD3", "Flux"):

@@ -230,6 +230,17 @@ def test_online_mode_trains_the_picked_trees(labelled_folder) -> None:
     assert moved, "one online iteration left every trained weight unchanged"
 
 
+def test_online_mode_feeds_the_tanh_weight_its_reward_scale(labelled_folder) -> None:
+    """The online trainer's targets come from the base trainer's ``targets_for``: the running spread
+    of the leaf values that the tanh layer weight divides by is updated, not left at 0."""
+    folder, _ = labelled_folder
+    trainer = make_trainer(_small(f"data.picks={folder}", "reward=picks:0.5,scene:0.5", "picks.mode=online",
+                                  "loss.prm_weight=tanh", "loss.prm_lambda=0.01"))
+    assert trainer.reward_scale.ema is None
+    trainer.rollout_and_score(0)
+    assert trainer.reward_scale.ema is not None and trainer.reward_scale.ema > 0
+
+
 def test_online_mode_refuses_a_strategy_without_a_tree(labelled_folder) -> None:
     folder, _ = labelled_folder
     with pytest.raises(ValueError, match="strategy must be dynamic_treerpo"):

@@ -291,13 +291,18 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
 
 def _taste_command(args: argparse.Namespace) -> str:
     """The command line that reproduces this taste run (for the page)."""
-    parts = ["treerpo bench taste", f"--taste {args.taste}"]
-    parts += [f"--{k.replace('_', '-')} {getattr(args, k)}"
-              for k in ("trees", "seeds", "iterations", "picks_weight") if getattr(args, k) is not None]
-    parts += ["--quick"] * args.quick + [f"--mode {args.mode}"] * (args.mode != "both")
-    parts += [f"--at {args.at}"] * bool(args.at)
-    parts += [f"--set {o}" for o in args.overrides] + [f"--docs {args.docs}"] * (args.docs is not None)
-    return " ".join(parts)
+    import shlex
+
+    parts = ["treerpo", "bench", "taste", "--taste", args.taste]
+    for flag in ("trees", "seeds", "iterations", "picks_weight"):
+        if getattr(args, flag) is not None:
+            parts += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    parts += ["--quick"] * args.quick + ["--mode", args.mode] * (args.mode != "both")
+    parts += ["--at", str(args.at)] * bool(args.at)
+    for override in args.overrides:
+        parts += ["--set", override]
+    parts += ["--docs", str(args.docs)] * (args.docs is not None)
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 def _run_bench_sampler(args: argparse.Namespace) -> int:

@@ -107,8 +107,14 @@ class Picker {
 
   leafUrl(tree, leaf) { return api.apiURL(this.url(`/${tree.id}/${leaf}.png`)); }
 
-  /** Read the folder again (new trees after a run); keep the place when the current tree is still there. */
-  async refresh() {
+  /** Read the folder again (new trees after a run); keep the place when the current tree is still there.
+   * Callers while a read is under way share it: a run's end and a loaded workflow ask from several places. */
+  refresh() {
+    this.pending ??= this.read().finally(() => { this.pending = null; });
+    return this.pending;
+  }
+
+  async read() {
     const reply = await api.fetchApi(this.url("/state"));
     const body = await reply.json();
     if (!reply.ok) throw new Error(body.error ?? `HTTP ${reply.status}`);
@@ -473,6 +479,12 @@ function watchFolder(node, show) {
   };
 }
 
+/** Show the node's panel or line once, on the next turn: a later call replaces an earlier one. */
+function showSoon(node, show) {
+  clearTimeout(node.treerpoShow);
+  node.treerpoShow = setTimeout(() => show(node), 0);
+}
+
 app.registerExtension({
   name: "dynamic_treerpo.pick_leaves",
   setup() {
@@ -491,13 +503,13 @@ app.registerExtension({
     nodeType.prototype.onNodeCreated = function () {
       const result = onNodeCreated?.apply(this, arguments);
       watchFolder(this, show);
-      setTimeout(() => show(this), 0);  // a node added by hand: its folder may hold trees already
+      showSoon(this, show);  // a node added by hand: its folder may hold trees already
       return result;
     };
     const onConfigure = nodeType.prototype.onConfigure;
     nodeType.prototype.onConfigure = function () {  // a loaded workflow: its folder's trees, if any
       const result = onConfigure?.apply(this, arguments);
-      setTimeout(() => show(this), 0);  // after onNodeCreated's: the loaded folder name wins
+      showSoon(this, show);  // replaces onNodeCreated's: the loaded folder name wins
       return result;
     };
     const onRemoved = nodeType.prototype.onRemoved;

@@ -102,9 +102,9 @@ def measure(trainer: Trainer, taste: Taste, scene: Callable[..., dict[str, torch
     from ..training.evaluate import generate
 
     pairs = trainer.eval_pairs
-    images = generate(trainer.policy, [p.prompt for p in pairs], [p.seed for p in pairs], trainer.eval_sigmas,
-                      trainer.config.max_batch)
     prompts = [p.prompt for p in pairs]
+    images = generate(trainer.policy, prompts, [p.seed for p in pairs], trainer.eval_sigmas,
+                      trainer.config.max_batch)
     if keep is not None:
         keep[name] = images.float().cpu()
     return {"taste": float(taste(images, prompts).mean()),
@@ -118,11 +118,9 @@ def label_trees(store: PickStore, ids: Sequence[str], person: SimulatedPerson, r
         store.save_picks(tree_id, liked, disliked)
 
 
-def _train(trainer: Trainer, iterations: int, marks: dict[int, Callable[[], None]] | None = None) -> None:
+def _train(trainer: Trainer, iterations: int) -> None:
     for it in range(iterations):
         trainer.step(it)
-        if marks and it + 1 in marks:
-            marks[it + 1]()
 
 
 def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extra: Sequence[str],
@@ -190,7 +188,7 @@ def reward_mode(budget: TasteBudget, seed: int, folder: Path, person: SimulatedP
     for n in budget.checkpoints():
         fit = fit_from_store(store, pooled_features, ids[:n])
         reward = PersonalReward(fit, pooled_features)
-        trainer = Trainer(_config(budget, seed, guard, {}, extra))
+        trainer = Trainer(config)
         trainer.reward = _with_picks(trainer, reward, budget.picks_weight)
         _train(trainer, budget.iterations)
         out[n] = {**measure(trainer, taste, scene, keep, "reward"), "accuracy": fit.held_out_accuracy,

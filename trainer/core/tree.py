@@ -427,6 +427,11 @@ def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence
     )
 
 
+# the tensors of a Tree, one row per node, forward, edge or leaf: what a stored tree holds
+TREE_TENSORS = ("node_parent", "node_depth", "node_prompt", "fwd_node", "fwd_step", "fwd_x", "edge_forward",
+                "edge_child", "edge_x_child", "edge_log_prob_old", "edge_train", "leaf_node", "leaf_latents")
+
+
 def concat_trees(trees: Sequence[Tree]) -> Tree:
     """Several rollouts of one plan as one, prompt-major (node, forward and edge ids offset), as if
     they had been sampled together: what a stored tree of each of several prompts becomes for one
@@ -436,9 +441,7 @@ def concat_trees(trees: Sequence[Tree]) -> Tree:
     plan = trees[0].plan
     if any(t.plan != plan for t in trees[1:]):
         raise ValueError("only trees of the same plan can be trained together")
-    parts: dict[str, list[Tensor]] = {name: [] for name in (
-        "node_parent", "node_depth", "node_prompt", "fwd_node", "fwd_step", "fwd_x", "edge_forward",
-        "edge_child", "edge_x_child", "edge_log_prob_old", "edge_train", "leaf_node", "leaf_latents")}
+    parts: dict[str, list[Tensor]] = {name: [] for name in TREE_TENSORS}
     nodes = forwards = prompts = 0
     for t in trees:
         parts["node_parent"].append(torch.where(t.node_parent >= 0, t.node_parent + nodes, t.node_parent))

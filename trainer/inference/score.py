@@ -9,12 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-import torch
-from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
 from ..rewards.mix import RewardMix, bind_weights, parse_reward_spec
+from ..utils.images import load_images
 
 IMAGE_SUFFIXES: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 
@@ -28,24 +26,6 @@ def image_files(folder: str | Path) -> list[Path]:
     if not files:
         raise ValueError(f"no images ({', '.join(IMAGE_SUFFIXES)}) in {root}")
     return files
-
-
-def load_images(files: Sequence[Path]) -> Tensor:
-    """``[B, 3, H, W]`` RGB in ``[0, 1]``; every image must have the first one's size."""
-    arrays, size = [], None
-    for file in files:
-        try:
-            with Image.open(file) as img:
-                rgb = img.convert("RGB")
-        except (UnidentifiedImageError, OSError) as err:
-            raise ValueError(f"{file} is not a readable image ({err})") from None
-        if size is None:
-            size = rgb.size
-        elif rgb.size != size:
-            raise ValueError(f"{file} is {rgb.size[0]}x{rgb.size[1]}, the first image "
-                             f"{size[0]}x{size[1]}: score images of one size at a time")
-        arrays.append(np.asarray(rgb, dtype=np.float32) / 255.0)
-    return torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).contiguous()
 
 
 def score_folder(reward_spec: str, folder: str | Path, prompts: Sequence[str],

@@ -24,7 +24,7 @@ from typing import Any
 from torch import Tensor
 
 from ..core.flow import FULL_NOISE, NoiseSubspace
-from ..core.tree import RolloutPlan, StepOp, Tree
+from ..core.tree import TREE_TENSORS, RolloutPlan, StepOp, Tree
 
 FORMAT = "dynamic-treerpo-picks"
 VERSION = 1
@@ -141,9 +141,7 @@ def _checked(text: str, where: str) -> dict[str, Any]:
     return data
 
 
-# ---------------------------------------------------------------- the tree's tensors
-TREE_TENSORS = ("node_parent", "node_depth", "node_prompt", "fwd_node", "fwd_step", "fwd_x", "edge_forward",
-                "edge_child", "edge_x_child", "edge_log_prob_old", "edge_train", "leaf_node", "leaf_latents")
+# ------------------------------------------------- the tree's tensors (``core.tree.TREE_TENSORS``)
 
 
 def plan_to_dict(plan: RolloutPlan) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-import torch
 from torch import Tensor
 
 from ..core.tree import Tree
@@ -102,11 +101,15 @@ class PickStore:
         return picks
 
     # ------------------------------------------------------------------ reading
+    def has_tree(self, tree_id: str) -> bool:
+        """Whether ``tree_id`` is a complete tree of this folder (one lookup, not a listing)."""
+        return (not tree_id.startswith(".") and "/" not in tree_id
+                and (self.root / TREES / tree_id / META).is_file())
+
     def _folder(self, tree_id: str) -> Path:
-        folder = self.root / TREES / tree_id
-        if tree_id.startswith(".") or "/" in tree_id or not (folder / META).is_file():
+        if not self.has_tree(tree_id):
             raise FileNotFoundError(f"no tree {tree_id!r} in {self.root}")
-        return folder
+        return self.root / TREES / tree_id
 
     def tree_ids(self) -> list[str]:
         """Every complete tree, oldest first."""
@@ -141,15 +144,9 @@ class PickStore:
 
     def load_images(self, tree_id: str) -> Tensor:
         """``[L, 3, H, W]`` in [0, 1]: the leaves as the person saw them."""
-        import numpy as np
-        from PIL import Image
+        from ..utils.images import load_images
 
-        meta = self.meta(tree_id)
-        frames = []
-        for leaf in range(meta.leaves):
-            with Image.open(self.image_path(tree_id, leaf)) as image:
-                frames.append(torch.from_numpy(np.asarray(image.convert("RGB")).copy()))
-        return torch.stack(frames).permute(0, 3, 1, 2).float() / 255.0
+        return load_images([self.image_path(tree_id, leaf) for leaf in range(self.meta(tree_id).leaves)])
 
     def load_tree(self, tree_id: str) -> Tree:
         """The stored rollout, for the tree's own objective."""

@@ -28,13 +28,11 @@ import torch
 
 from ..config.schema import TrainConfig
 from ..core.advantages import combine_rewards
-from ..core.objective import prepare_targets
 from ..core.tree import Tree, concat_trees
 from ..models.policy import Policy
 from ..preferences.records import ModelId, TreeMeta
 from ..preferences.store import PickStore
 from ..rewards.mix import RewardMix, parse_reward_spec
-from .distributed import sum_over_ranks
 from .loop import Rollout, Trainer, resolve_device
 
 PICKS = "picks"
@@ -114,12 +112,13 @@ class PicksTrainer(Trainer):
         same = [i for i, t in enumerate(trees) if t.plan == trees[0].plan]
         chosen, trees = [chosen[i] for i in same], [trees[i] for i in same]
         tree = _to(concat_trees(trees), self.device)
-        prompts = [self.store.meta(t).prompt for t in chosen]
+        metas = [self.store.meta(t) for t in chosen]
+        prompts = [m.prompt for m in metas]
         self.policy.eval()
         cond = self.policy.encode(prompts)
         leaf_prompt = tree.node_prompt[tree.leaf_node]
-        pick_values = torch.tensor([v for t in chosen for v in self.store.picks(t).values(
-            self.store.meta(t).leaves)], dtype=torch.float32)
+        pick_values = torch.tensor([v for t, m in zip(chosen, metas, strict=True)
+                                    for v in self.store.picks(t).values(m.leaves)], dtype=torch.float32)
         scores: dict[str, torch.Tensor] = {"reward_picks": pick_values}
         if self.reward is not None:
             with torch.no_grad():
@@ -132,9 +131,7 @@ class PicksTrainer(Trainer):
         stacked = torch.stack([scores[f"reward_{n}"] for n in names], dim=1)
         scores["reward"] = sum(self.weights[n] * scores[f"reward_{n}"] for n in names)
         values = combine_rewards(stacked, leaf_prompt, torch.tensor([self.weights[n] for n in names]))
-        targets = prepare_targets(tree, values, self.loss_config(),
-                                  seed=self.config.seed * 1_000_033 + iteration,
-                                  reduce=sum_over_ranks(self.dist), first_prompt=0)
+        targets = self.targets_for(tree, values, iteration, first_prompt=0)
         return Rollout(prompts, 0, tree.plan, cond, tree, scores, targets)
 
 
@@ -168,5 +165,5 @@ def store_trees(policy: Policy, store: PickStore, prompts: list[str], seeds: lis
         meta = TreeMeta(prompt=prompt, seed=int(seed), model=identity, leaves=images.shape[0],
                         image_size=(images.shape[-2], images.shape[-1]),
                         latent_shape=tuple(policy.latent_shape), plan={}, sampler=dict(sampler or {}))
-        ids.append(store.add_tree(_to(tree, torch.device("cpu")), images, meta))
+        ids.append(store.add_tree(tree, images, meta))  # the store writes CPU copies
     return ids

@@ -404,13 +404,19 @@ class Trainer:
             scores = self.reward(self.policy.decode(tree.leaf_latents), leaf_prompts)
         # several rewards: each normalised within the prompt's images, then weighted (MixGRPO)
         values = self.reward.training_signal(scores, leaf_prompt)
-        scale = 0.0
-        if self.loss.prm_weight == "tanh" and self.loss.prm_lambda != 0.0:  # s_ref over every rank's leaves
-            scale = self.reward_scale.update(gather(values.float(), self.dist))  # values: [L], one per leaf
-        targets = prepare_targets(tree, values, self.loss_config(), seed=c.seed * 1_000_033 + iteration,
-                                  reduce=sum_over_ranks(self.dist), first_prompt=mine.start,
-                                  reward_scale=scale)
+        targets = self.targets_for(tree, values, iteration, mine.start)
         return Rollout(list(prompts), mine.start, plan, cond, tree, scores, targets)
+
+    def targets_for(self, tree: Tree, values: torch.Tensor, iteration: int,
+                    first_prompt: int) -> TrainTargets:
+        """Advantages and LayerTuning targets of a scored tree (``values``: one per leaf), with the
+        running reward scale that the ``tanh`` layer weight reads, updated over every rank's leaves."""
+        scale = 0.0
+        if self.loss.prm_weight == "tanh" and self.loss.prm_lambda != 0.0:
+            scale = self.reward_scale.update(gather(values.float(), self.dist))
+        seed = self.config.seed * 1_000_033 + iteration
+        return prepare_targets(tree, values, self.loss_config(), seed=seed, reduce=sum_over_ranks(self.dist),
+                               first_prompt=first_prompt, reward_scale=scale)
 
     def update(self, iteration: int, batch: Rollout) -> UpdateStats:
         """Part 2: the iteration's optimizer updates, each over an equal share of every prompt's

@@ -10,6 +10,7 @@ RAPIDOCR ?= rapidocr-onnxruntime==1.4.4
 COMFYUI ?= .comfyui
 # The floor environment: every requirement at the lowest version requirements.txt admits
 # (scripts/floor_pins.py), the same torch, ComfyUI's own requirements with those pins taking precedence.
+# Its torch and CUDA libraries are hard links to .venv's (scripts/share_packages.py): not 5 GB twice.
 FLOOR_VENV ?= .venv-floor
 FPY        := $(FLOOR_VENV)/bin/python
 # What it runs: the stored images, scores and LoRA (test_same_outputs), the embedded model, the rewards
@@ -26,7 +27,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet --no-cache-dir $(TORCH)
 	$(PY) -m pip install --quiet -r requirements.txt -e ".[test,ocr,tensorboard]"
 	$(PY) -m pip install --quiet --no-deps $(RAPIDOCR)
 	touch $@
@@ -58,11 +59,12 @@ test: venv comfyui browser
 	$(PY) -m pytest
 	$(MAKE) test-floor
 
-$(FLOOR_VENV)/.installed: pyproject.toml requirements.txt scripts/floor_pins.py | $(COMFYUI)/main.py $(VENV)/.installed
+$(FLOOR_VENV)/.installed: pyproject.toml requirements.txt scripts/floor_pins.py scripts/share_packages.py | $(COMFYUI)/main.py $(VENV)/.installed
 	$(PYTHON) -m venv $(FLOOR_VENV)
 	$(FPY) -m pip install --quiet --upgrade pip
-	$(FPY) -m pip install --quiet $(TORCH)
 	$(PY) scripts/floor_pins.py --extras tensorboard ocr > $(FLOOR_VENV)/pins.txt
+	$(PY) scripts/share_packages.py --into $(FLOOR_VENV) --skip-pinned $(FLOOR_VENV)/pins.txt torch torchvision
+	$(FPY) -m pip install --quiet --no-cache-dir $(TORCH)
 	$(FPY) -m pip install --quiet -r $(FLOOR_VENV)/pins.txt -c $(FLOOR_VENV)/pins.txt \
 	    pytest hypothesis open_clip_torch
 	$(FPY) -m pip install --quiet --no-deps $(RAPIDOCR)

@@ -349,7 +349,7 @@ def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | No
     if resume is not None:
         check_resumable(resume, budget, base, config_path, arms)
         log(f"resuming: the sweep's rates and target kept, {len(resume.runs)} test runs done")
-        return _test_runs(resume, base, config_path, budget, out, log, start - resume.wall_s)
+        return _test_runs(resume, out, log, start - resume.wall_s)
     arms, skipped, configs = _prepare_arms(arms, base, config_path, log)
     per_iteration = check_same_images(configs)
     main = [a for a in arms if a.role == "main"]
@@ -385,12 +385,13 @@ def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | No
         f"equal-seconds budget {seconds:.1f} {clock} s; {budget.images} images per run")
     log(expected_text(result, extra))
 
-    return _test_runs(result, base, config_path, budget, out, log, start)
+    return _test_runs(result, out, log, start)
 
 
-def _test_runs(result: ProtocolResult, base: Sequence[str], config_path: str | None, budget: Budget,
-               out: Path | None, log: Callable[[str], None], start: float) -> ProtocolResult:
+def _test_runs(result: ProtocolResult, out: Path | None, log: Callable[[str], None],
+               start: float) -> ProtocolResult:
     """Every arm and treatment at every seed, skipping those ``result`` holds already."""
+    budget, base, config_path = result.budget, result.base_overrides, result.config
     result.stage = "runs"
     done = {(r.arm, r.treatment, r.seed) for r in result.runs}
     for k in range(budget.seeds):

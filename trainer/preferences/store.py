@@ -161,9 +161,9 @@ class PickStore:
         return tree_from(tensors, plan_from_dict(meta.plan), str(folder / TENSORS))
 
     # ------------------------------------------------------------------ checks
-    def check(self, model: ModelId | None = None, needs_labels: bool = True) -> list[str]:
-        """The folder is fit to train on, else one line naming the problem: it holds trees (labelled
-        ones when ``needs_labels``), all made by one model (``model``'s, when given) with images of
+    def check(self, model: ModelId | None = None) -> list[str]:
+        """The folder is fit to train on, else one line naming the problem: it holds trees, labelled
+        ones among them, all made by one model (``model``'s, when given) with images of
         one size. Returns the labelled tree ids."""
         ids = self.tree_ids()
         if not ids:
@@ -189,7 +189,7 @@ class PickStore:
             except ValueError as err:
                 raise ValueError(f"the picks of tree {tree_id} in {self.root} say nothing: {err}") from None
             labelled.append(tree_id)
-        if needs_labels and not labelled:
+        if not labelled:
             raise ValueError(f"the picks folder {self.root} holds {len(ids)} trees but none is labelled yet: "
                              "pick the leaves you like first")
         return labelled

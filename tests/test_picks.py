@@ -323,6 +323,29 @@ def test_a_clip_backbone_for_real_models(tmp_path: Path) -> None:
         backbone("dino", "x")
 
 
+def test_a_guard_of_the_backbone_s_clip_builds_it_once(labelled_folder, tmp_path: Path, monkeypatch) -> None:
+    """``picks.backbone: pickscore`` guarded by a ``pickscore`` term of the same weights: one CLIP serves
+    the personal reward's features and the guard's scores (a second ~1B-parameter copy otherwise)."""
+    from dynamic_treerpo.trainer.rewards import clip_family
+    from dynamic_treerpo.trainer.training.loop import build_reward
+    from tests.tiny_models import tiny_clip_reward
+
+    folder, _ = labelled_folder
+    clip = str(tiny_clip_reward(tmp_path / "clip"))
+    built, real = [], clip_family.build_pickscore
+    monkeypatch.setattr(clip_family, "build_pickscore", lambda *a, **k: built.append(a) or real(*a, **k))
+    picks = [f"data.picks={folder}", "picks.backbone=pickscore", f"picks.backbone_weights={clip}"]
+    mix = build_reward(_small(*picks, "reward=picks:0.85,pickscore:0.15", f"reward_weights.pickscore={clip}"))
+    assert len(built) == 1
+    images = PickStore(folder).load_images(PickStore(folder).tree_ids()[0])
+    scores = mix(images, ["a red circle"] * 4)
+    assert scores["reward_picks"].shape == scores["reward_pickscore"].shape == (4,)
+    # another CLIP as the guard: each is built from its own weights
+    other = str(tiny_clip_reward(tmp_path / "other", seed=2))
+    build_reward(_small(*picks, "reward=picks:0.85,pickscore:0.15", f"reward_weights.pickscore={other}"))
+    assert len(built) == 3
+
+
 def test_online_bench_lands_on_every_checkpoint() -> None:
     from dynamic_treerpo.trainer.bench.taste import tree_counts
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -46,22 +47,24 @@ def pooled_features(images: Tensor) -> Tensor:
     return torch.cat([F.adaptive_avg_pool2d(x, g).flatten(1) for g in GRIDS], dim=1)
 
 
-def clip_features(name: str, weights: str | None, device: str | torch.device = "cpu") -> Features:
-    """The unit-norm image embedding of the ``pickscore`` or ``hps-v2.1`` reward's CLIP."""
+def clip_features(name: str, weights: str | None, device: str | torch.device = "cpu",
+                  built: Any = None) -> Features:
+    """The unit-norm image embedding of the ``pickscore`` or ``hps-v2.1`` reward's CLIP. ``built``: that
+    reward, already built as a term of the same run, so that one copy of the CLIP serves both."""
     from .clip_family import build_hps, build_pickscore
 
     builder = {"pickscore": build_pickscore, "hps-v2.1": build_hps}.get(name)
     if builder is None:
         raise ValueError(f"unknown personal-reward backbone {name!r}; expected pooled, pickscore or hps-v2.1")
-    reward = builder(weights, device)
+    reward = built if built is not None else builder(weights, device)
     return lambda images: reward.encode_images(images).float().cpu()
 
 
 def backbone(name: str = "pooled", weights: str | None = None,
-             device: str | torch.device = "cpu") -> Features:
+             device: str | torch.device = "cpu", built: Any = None) -> Features:
     if name == "pooled":
         return pooled_features
-    return clip_features(name, weights, device)
+    return clip_features(name, weights, device, built)
 
 
 class PreferenceHead(nn.Module):
@@ -181,14 +184,16 @@ class PersonalReward:
 
 
 def build(weights: str | None, device: str | torch.device = "cpu", backbone_name: str = "pooled",
-          backbone_weights: str | None = None, log: Callable[[str], None] = print) -> PersonalReward:
-    """The personal reward of the picks folder ``weights``."""
+          backbone_weights: str | None = None, log: Callable[[str], None] = print,
+          built_backbone: Any = None) -> PersonalReward:
+    """The personal reward of the picks folder ``weights``; ``built_backbone``: the backbone's reward,
+    when the run has already built it as one of its terms."""
     if not weights:
         raise ValueError("reward 'picks' needs the picks folder: data.picks: FOLDER (or reward_weights: "
                          "{picks: FOLDER})")
     store = PickStore(Path(weights))
     store.check()
-    features = backbone(backbone_name, backbone_weights, device)
+    features = backbone(backbone_name, backbone_weights, device, built_backbone)
     fit = fit_from_store(store, features)
     log(f"personal reward ({backbone_name} features): fitted on {fit.trees} labelled trees "
         f"({fit.pairs} pairs); held-out pair accuracy {fit.held_out_accuracy:.3f} on "

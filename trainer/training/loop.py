@@ -33,7 +33,8 @@ from ..lora.files import save_lora_files
 from ..lora.full_export import save_full_transformer
 from ..lora.keys import COMFYUI_PREFIX, DIFFUSERS_MODEL_PREFIX
 from ..models.policy import Policy, check_policy
-from ..rewards.mix import RewardMix
+from ..rewards.mix import RewardMix, parse_reward_spec
+from ..rewards.registry import RewardFn, get_reward
 from .checkpoint import load_latest, save_checkpoint
 from .distributed import (
     Dist,
@@ -101,14 +102,27 @@ def build_reward(config: TrainConfig) -> RewardMix:
     """The run's reward: the registry's terms, and the ``picks`` term as a personal reward fitted on
     ``data.picks`` with ``picks.backbone`` (docs/picks.md)."""
     device = resolve_device(config.model.device)
-    prebuilt = {}
+    weights = config.effective_reward_weights
+    prebuilt: dict[str, RewardFn] = {}
     if config.uses_picks and config.picks.mode == "reward":
         from ..rewards.personal import build as personal_reward
 
         p = config.picks
-        prebuilt["picks"] = personal_reward(config.effective_reward_weights["picks"], device, p.backbone,
-                                            p.backbone_weights)
-    return RewardMix(config.reward, config.effective_reward_weights, device, prebuilt)
+        if shares_backbone(config):  # a guard term of the same CLIP: one copy serves both
+            prebuilt[p.backbone] = get_reward(p.backbone, weights[p.backbone], device)
+        prebuilt["picks"] = personal_reward(weights["picks"], device, p.backbone, p.backbone_weights,
+                                            built_backbone=prebuilt.get(p.backbone))
+    return RewardMix(config.reward, weights, device, prebuilt)
+
+
+def shares_backbone(config: TrainConfig) -> bool:
+    """Whether ``picks.backbone`` is also a term of ``reward``, with the same weights: then the run
+    builds that CLIP once (a FLUX recipe guards its picks with PickScore, whose CLIP is ~1B parameters)."""
+    p = config.picks
+    path = config.effective_reward_weights.get(p.backbone)
+    names = {t.name for t in parse_reward_spec(config.reward)}
+    return (p.backbone in names and path is not None and p.backbone_weights is not None
+            and Path(path).resolve() == Path(p.backbone_weights).resolve())
 
 
 def load_policy(config: TrainConfig, policy: Policy | None = None) -> Policy:

@@ -30,12 +30,12 @@ def requirement_closure(names: Iterable[str]) -> list[metadata.Distribution]:
     """The installed distributions ``names`` need, themselves included (markers and extras evaluated)."""
     found: dict[str, metadata.Distribution] = {}
     visited: set[tuple[str, frozenset[str]]] = set()
-    todo: list[tuple[str, frozenset[str]]] = [(name, frozenset()) for name in names]
+    todo: list[tuple[str, frozenset[str]]] = [(canonicalize_name(name), frozenset()) for name in names]
     while todo:
         name, extras = todo.pop()
-        if (canonicalize_name(name), extras) in visited:
+        if (name, extras) in visited:
             continue
-        visited.add((canonicalize_name(name), extras))
+        visited.add((name, extras))
         try:
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
@@ -45,7 +45,7 @@ def requirement_closure(names: Iterable[str]) -> list[metadata.Distribution]:
         for line in dist.requires or []:
             req = Requirement(line)
             if req.marker is None or any(req.marker.evaluate(env) for env in environments):
-                todo.append((req.name, frozenset(req.extras)))
+                todo.append((canonicalize_name(req.name), frozenset(req.extras)))
     return list(found.values())
 
 

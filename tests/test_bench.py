@@ -228,10 +228,13 @@ def test_the_protocol_fixes_rates_and_target_from_validation_before_any_test_run
                                           "higher final reward", "about 50% training efficiency",
                                           "LayerTuning-RL helps"}
     assert all(t.p_adjusted >= t.p_value for t in tests if t.comparison is not None)
+    assert all(t.p_exact_adjusted >= t.p_exact for t in tests if t.comparison is not None)
     by = {t.key: t for t in tests}
-    assert by[f"reward:images:{TREE}:flow_grpo_fast:published"].verdict == "met"
-    assert by[f"time:images:{TREE}:flow_grpo_fast"].verdict == "met"  # fewer images to the target
-    assert by[f"efficiency:{TREE_EULER}:mixgrpo"].verdict == "met"  # 0.5x < 0.6x on every seed
+    # the t test alone would call these met; with 3 seeds the exact test cannot go below 0.25, so the
+    # verdict that needs both is inconclusive (tests/test_bench_exact.py: met at 10 seeds)
+    for key in (f"reward:images:{TREE}:flow_grpo_fast:published", f"efficiency:{TREE_EULER}:mixgrpo"):
+        assert by[key].p_adjusted < 0.05 and by[key].p_exact == 0.25 and by[key].verdict == "inconclusive"
+    assert by[f"time:images:{TREE}:flow_grpo_fast"].verdict == "descriptive"  # grid-resolved: no verdict
     assert any(t.family == "secondary" and t.group == "clip treatment none" for t in tests)
 
     docs = tmp_path / "docs" / "results.md"
@@ -243,6 +246,7 @@ def test_the_protocol_fixes_rates_and_target_from_validation_before_any_test_run
     text = docs.read_text()
     assert "# old page" not in text and text.rstrip().endswith(kept)  # the taste section is carried over
     for needle in ("Holm-adjusted within each family", "held-out reward at the image budget",
+                   "exact sign-flip (permutation) test", "Holm p, exact", "tested against 0.5x",
                    "its half-width",
                    "## The paper's claims on this test bed (primary family)",
                    "### Like for like (secondary family)", "under each clip treatment", "restricted mean",

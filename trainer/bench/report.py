@@ -99,7 +99,9 @@ def summary_rows(result: ProtocolResult) -> list[dict[str, Any]]:
 
 
 def test_rows(tests: Sequence[Test]) -> list[dict[str, Any]]:
-    """``bench.json``'s tests: every comparison with its raw and Holm-adjusted p-value and verdict."""
+    """``bench.json``'s tests: every comparison with the raw and Holm-adjusted p-values of its t test
+    (``p_value``, ``p_holm``) and of its exact sign-flip test (``p_exact``, ``p_holm_exact``), and its
+    verdict (``descriptive``: why it is read as no verdict)."""
     out = []
     for t in tests:
         c = t.comparison
@@ -109,7 +111,9 @@ def test_rows(tests: Sequence[Test]) -> list[dict[str, Any]]:
                     "ci95_high": None if c is None else c.high, "seeds": None if c is None else c.n,
                     "p_value": None if c is None else c.p_value,
                     "p_holm": None if math.isnan(t.p_adjusted) else t.p_adjusted,
-                    "verdict": t.verdict, "note": t.note})
+                    "p_exact": None if c is None else c.p_exact,
+                    "p_holm_exact": None if math.isnan(t.p_exact_adjusted) else t.p_exact_adjusted,
+                    "verdict": t.verdict, "note": t.note, "descriptive": t.descriptive})
     return out
 
 
@@ -178,6 +182,9 @@ def format_summary(data: dict[str, Any]) -> str:
     lines.append("")
     for t in data["tests"]:
         if t["family"] == "primary":
-            p = "" if t["p_holm"] is None else f", Holm p = {t['p_holm']:.3g}"
-            lines.append(f"{t['group']}: {t['verdict']} ({t['measure']}{p})")
+            p = ("" if t["p_holm"] is None else
+                 f", Holm p = {t['p_holm']:.3g} (t test), {t['p_holm_exact']:.3g} (exact sign-flip)")
+            verdict = "no verdict (a measurement)" if t["verdict"] == "descriptive" else t["verdict"]
+            seeds = "" if t["seeds"] is None else f", {t['seeds']} seeds"
+            lines.append(f"{t['group']}: {verdict} ({t['measure']}{seeds}{p})")
     return "\n".join(lines)

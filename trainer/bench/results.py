@@ -17,6 +17,7 @@ from typing import Any, Literal
 from ..utils.atomic import atomic_write_text
 from . import sweep as sweeping
 from .arms import PUBLISHED, Arm
+from .stats import MAX_EXACT_SEEDS
 
 FORMAT = 2  # protocol.json's layout; `treerpo bench report` reads only this one
 Clock = Literal["auto", "cpu", "wall"]
@@ -46,6 +47,9 @@ class Budget:
             raise ValueError("images, seeds, checkpoints and sweep_iterations must be >= 1")
         if self.seeds < 2:
             raise ValueError(f"paired tests need at least 2 seeds, got {self.seeds}")
+        if self.seeds > MAX_EXACT_SEEDS:  # refused before anything trains, not when the report is made
+            raise ValueError(f"the exact sign-flip test enumerates 2**seeds sign patterns: at most "
+                             f"{MAX_EXACT_SEEDS} seeds, got {self.seeds}")
         if self.seconds is not None and self.seconds <= 0:
             raise ValueError(f"seconds must be > 0, got {self.seconds}")
         if not self.lrs or min(self.lrs) <= 0:

@@ -1,12 +1,19 @@
-"""Statistics of the benchmark protocol: means with 95% intervals, paired t tests, Holm's
-adjustment within a family of tests, and the verdicts.
+"""Statistics of the benchmark protocol: means with 95% intervals, paired t tests, exact sign-flip
+tests, Holm's adjustment within a family of tests, and the verdicts.
 
 Pure functions over per-seed values. Seeds are paired: a seed gives every arm the same prompts and
-the same LoRA initialisation, so two arms are compared by the per-seed differences (a paired t
-test, scipy's ``ttest_rel``), which removes the seed-to-seed variation both arms share; when every
-seed gives the same difference, the exact sign-flip test stands in for it. A verdict
-is read from the Holm-adjusted p-value of its family, never from the raw one, and never goes
-beyond its interval: a difference that does not survive the adjustment is "inconclusive".
+the same LoRA initialisation, so two arms are compared by the per-seed differences, which removes
+the seed-to-seed variation both arms share. Each comparison gets two tests of those differences:
+
+- the paired t test (scipy's ``ttest_rel``), which assumes the differences are normal; with 3 seeds
+  it has 2 degrees of freedom and can give any p-value, however small;
+- the exact sign-flip (permutation) test, which assumes only that each difference is as likely
+  positive as negative when the arms do not differ; it can never go below ``2 / 2**n`` (0.25 with
+  3 seeds, 0.0625 with 5).
+
+A verdict is read from the Holm-adjusted p-values of its family, never from the raw ones, and is
+"met" or "not met" only when both tests agree after the adjustment: a claim that rests on the t
+test's normality alone, with a handful of seeds, is "inconclusive".
 """
 
 from __future__ import annotations
@@ -17,10 +24,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 from scipy import stats as scipy_stats
 
-Verdict = Literal["met", "not met", "inconclusive"]
+Verdict = Literal["met", "not met", "inconclusive", "descriptive"]
+""""descriptive": a measurement reported with its interval and tests, which the protocol does not
+read as a verdict (the reason is given beside it)."""
 ALPHA = 0.05
+MAX_EXACT_SEEDS = 20
+"""The exact sign-flip test enumerates all ``2**n`` sign patterns: up to 20 seeds (about a million)."""
+TIE_TOLERANCE = 1e-9
+"""Relative to the sum of the absolute differences: a flipped sum this close to the observed one
+counts as reaching it (float sums of the same numbers in another order differ in the last bits)."""
 
 
 @dataclass(frozen=True)
@@ -52,49 +67,106 @@ def mean_ci95(values: Sequence[float]) -> Estimate:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A paired difference over seeds: its mean, 95% t interval and two-sided p-value (raw)."""
+    """A paired difference over seeds: its mean, 95% t interval, the t test's two-sided p-value and
+    the exact sign-flip test's (both raw). With no spread (every seed the same difference) the t test
+    is undefined and ``p_value`` is the exact one (``no_spread``)."""
 
     difference: float
     low: float
     high: float
     p_value: float
     n: int
+    p_exact: float = math.nan
+
+    @property
+    def no_spread(self) -> bool:
+        return self.low == self.high
+
+
+def sign_flip_test(differences: Sequence[float]) -> float:
+    """The exact two-sided sign-flip (permutation) test of paired differences: under "no difference"
+    each difference is as likely positive as negative, so each of the ``2**n`` ways to flip their signs
+    is equally likely; ``p`` is the share of them whose mean is at least as far from 0 as the observed
+    mean (the observed pattern and its mirror image included, so ``p >= 2 / 2**n``).
+
+    Why beside the t test: with 3 seeds the t test has 2 degrees of freedom and rests on the
+    differences being normal, which 3 numbers cannot show; this test assumes only symmetry, and its
+    smallest p-value says plainly what 3 seeds can and cannot establish (0.25)."""
+    n = len(differences)
+    if n < 1:
+        raise ValueError("a sign-flip test needs at least one difference")
+    if n > MAX_EXACT_SEEDS:
+        raise ValueError(f"the exact sign-flip test enumerates 2**n sign patterns; at most "
+                         f"{MAX_EXACT_SEEDS} seeds, got {n}")
+    size = np.abs(np.asarray(differences, dtype=np.float64))
+    if not np.all(np.isfinite(size)):
+        raise ValueError(f"a sign-flip test needs finite differences, got {list(differences)}")
+    sums = np.zeros(1)
+    for d in size:  # every sign pattern's sum, built one difference at a time: 2**n sums
+        sums = np.concatenate((sums + d, sums - d))
+    observed = abs(float(np.sum(differences)))
+    tolerance = TIE_TOLERANCE * float(np.sum(size))
+    return float(np.count_nonzero(np.abs(sums) >= observed - tolerance)) / sums.size
+
+
+def sign_flip_one_sample(values: Sequence[float], reference: float) -> float:
+    """The exact sign-flip test of ``values`` against ``reference`` (each ``value - reference`` as
+    likely positive as negative when the true centre is ``reference``): a ratio against a threshold."""
+    return sign_flip_test([v - reference for v in values])
+
+
+def exact_floor(n: int) -> float:
+    """The smallest p-value the exact sign-flip test can give with ``n`` seeds: ``2 / 2**n``."""
+    return min(1.0, 2.0 / 2.0**n)
+
+
+def seeds_for_exact(family: int, alpha: float = ALPHA) -> int:
+    """The fewest seeds with which the exact test's smallest p-value, Holm-adjusted in a family of
+    ``family`` tests (multiplied by ``family``), is below ``alpha``: ``family * 2 / 2**n < alpha``."""
+    if family < 1:
+        raise ValueError(f"a family has at least one test, got {family}")
+    n = 1
+    while family * exact_floor(n) >= alpha:
+        n += 1
+    return n
 
 
 def sign_flip_p(n: int, difference: float) -> float:
     """The exact two-sided sign-flip test of ``n`` identical per-seed differences: of the ``2**n`` ways
-    to flip their signs (each as likely when the arms do not differ), only the two with every sign
-    alike reach the observed mean, so ``p = 2 / 2**n`` (0.25 with 3 seeds); 1 when the difference is 0.
-
-    Why: a t test has no spread to use when every seed gives the same difference (times to target are
-    resolved to the checkpoints, so this happens), and reading that as certainty (p 0) would let three
+    to flip their signs, only the two with every sign alike reach the observed mean, so
+    ``p = 2 / 2**n`` (0.25 with 3 seeds); 1 when the difference is 0 (``sign_flip_test`` in closed
+    form). A t test has no spread to use then, and reading that as certainty (p 0) would let three
     seeds "prove" anything."""
-    return 1.0 if difference == 0.0 else min(1.0, 2.0 / 2.0**n)
+    return 1.0 if difference == 0.0 else exact_floor(n)
 
 
 def _compare(differences: Sequence[float], p_value: Callable[[], float]) -> Comparison:
-    """Mean of ``differences`` with ``mean ± t(0.975, n-1) * sd / sqrt(n)``; ``p_value`` is asked only
-    when the differences vary (identical differences get the exact sign-flip test, ``sign_flip_p``)."""
+    """Mean of ``differences`` with ``mean ± t(0.975, n-1) * sd / sqrt(n)`` and the exact sign-flip
+    p-value; ``p_value`` (the t test's) is asked only when the differences vary (with no spread the
+    t test is undefined, and the exact test, ``sign_flip_p``, stands in for it)."""
     n = len(differences)
     if n < 2:
         raise ValueError(f"a t test needs at least two seeds, got {n}")
     diff = statistics.fmean(differences)
     sd = statistics.stdev(differences)
     if sd == 0.0:
-        return Comparison(diff, diff, diff, sign_flip_p(n, diff), n)
+        p = sign_flip_p(n, diff)
+        return Comparison(diff, diff, diff, p, n, p)
     half = _t_quantile(n) * sd / math.sqrt(n)
-    return Comparison(diff, diff - half, diff + half, p_value(), n)
+    return Comparison(diff, diff - half, diff + half, p_value(), n, sign_flip_test(differences))
 
 
 def one_sample(values: Sequence[float], reference: float = 0.0) -> Comparison:
-    """The t test of ``mean(values) - reference`` (scipy's ``ttest_1samp``) with its 95% interval."""
+    """The t test of ``mean(values) - reference`` (scipy's ``ttest_1samp``) with its 95% interval, and
+    the exact sign-flip test of ``values - reference``."""
     return _compare([v - reference for v in values],
                     lambda: float(scipy_stats.ttest_1samp(list(values), reference).pvalue))
 
 
 def paired(a: Sequence[float], b: Sequence[float]) -> Comparison:
     """The paired t test of ``a - b`` (``a[i]`` and ``b[i]`` from the same seed): scipy's
-    ``ttest_rel``, with the t interval of the per-seed differences."""
+    ``ttest_rel``, with the t interval of the per-seed differences, and the exact sign-flip test of
+    the same differences."""
     if len(a) != len(b):
         raise ValueError(f"a paired test needs the same seeds on both sides, got {len(a)} and {len(b)}")
     return _compare([x - y for x, y in zip(a, b, strict=True)],
@@ -123,3 +195,17 @@ def verdict(comparison: Comparison, p_adjusted: float, higher_is_better: bool = 
     good = comparison.low > 0 if higher_is_better else comparison.high < 0
     bad = comparison.high < 0 if higher_is_better else comparison.low > 0
     return "met" if good else "not met" if bad else "inconclusive"
+
+
+def agreed_verdict(comparison: Comparison, p_adjusted: float, p_exact_adjusted: float,
+                   higher_is_better: bool = True) -> Verdict:
+    """"met" or "not met" only when the t test and the exact sign-flip test both give it after the
+    adjustment (both adjusted p-values below 0.05, on the same side of 0); otherwise "inconclusive".
+    Why: which test is "right" for a handful of seeds is a matter of assumptions (normality against
+    symmetry), and a verdict that holds under one and not the other is not one to print."""
+    by_t = verdict(comparison, p_adjusted, higher_is_better)
+    if math.isnan(p_exact_adjusted) or p_exact_adjusted >= ALPHA:
+        return "inconclusive"
+    side = comparison.difference > 0 if higher_is_better else comparison.difference < 0
+    by_exact: Verdict = "met" if side else "not met" if comparison.difference != 0 else "inconclusive"
+    return by_t if by_t == by_exact else "inconclusive"

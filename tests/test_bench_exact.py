@@ -1,0 +1,188 @@
+"""The exact sign-flip test beside the t test: hand-computed p-values, scipy's permutation test as a
+second opinion, the verdict that needs both tests after Holm, the protocol's verdicts at 3 seeds
+(none) and at 10 (where both agree), and docs/results.md as rendered from docs/data/protocol.json."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from dynamic_treerpo.trainer.bench import protocol, report
+from dynamic_treerpo.trainer.bench.arms import TREE, TREE_EULER, select_arms
+from dynamic_treerpo.trainer.bench.claims import all_tests
+from dynamic_treerpo.trainer.bench.page import markdown
+from dynamic_treerpo.trainer.bench.results import Budget, ProtocolResult, load
+from dynamic_treerpo.trainer.bench.stats import (
+    MAX_EXACT_SEEDS,
+    agreed_verdict,
+    exact_floor,
+    holm,
+    one_sample,
+    paired,
+    seeds_for_exact,
+    sign_flip_one_sample,
+    sign_flip_p,
+    sign_flip_test,
+)
+from tests.test_bench import GAINS, PEAKS, _stand_in_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- the exact test
+def test_sign_flip_p_values_computed_by_hand() -> None:
+    # every difference positive: only the observed pattern and its mirror reach the mean -> 2 / 2**n
+    assert sign_flip_test([0.1, 0.3, 0.2]) == 0.25  # n = 3: the floor, whatever the t test says
+    assert sign_flip_test([0.02, 0.01, 0.03, 0.01, 0.03]) == 0.0625  # n = 5
+    assert sign_flip_test([-5.0, -1.0]) == 0.5
+    # +-1 +-2 +-4 +-1 against the observed 1 + 2 + 4 - 1 = 6: with +4 the sums are 8, 6, 4, 2, 6, 4, 2, 0,
+    # so 3 of 8 reach 6, and as many with -4: 6 / 16
+    assert sign_flip_test([1.0, 2.0, 4.0, -1.0]) == 0.375
+    assert sign_flip_test([1.0, 2.0, -3.0]) == 1.0  # a mean of 0: every pattern is as far from it
+    assert sign_flip_test([0.0, 0.0, 0.0]) == 1.0
+    # identical differences: the closed form the t test falls back to
+    for n in (2, 3, 5, 8):
+        assert sign_flip_test([0.7] * n) == sign_flip_p(n, 0.7) == exact_floor(n) == 2 / 2**n
+    assert sign_flip_p(3, 0.0) == 1.0
+
+
+def test_sign_flip_agrees_with_scipys_exact_permutation_test() -> None:
+    rng = np.random.default_rng(0)
+    for n in range(2, 9):
+        for _ in range(3):
+            d = rng.normal(0.3, 1.0, n)
+            theirs = scipy_stats.permutation_test((d,), np.mean, permutation_type="samples",
+                                                  n_resamples=np.inf).pvalue
+            assert sign_flip_test(d) == pytest.approx(theirs), d
+
+
+def test_float_ties_count_as_reaching_the_observed_mean() -> None:
+    # 0.45, 0.55, 0.6 against 0.5: +-0.05 +-0.05 +-0.1 against 0.1; by hand 6 of 8 patterns reach it
+    # (0.2, 0.1, 0.1, -0.1, -0.1, -0.2), but in floats 0.05 + 0.05 is not 0.1 (without the tolerance: 0.5)
+    assert sign_flip_one_sample([0.45, 0.55, 0.6], 0.5) == 0.75
+    for order in itertools.permutations([0.1, 0.2, 0.3, -0.6]):  # a mean of 0 up to rounding, any order
+        assert sign_flip_test(order) == 1.0
+
+
+def test_the_exact_test_is_refused_where_it_cannot_enumerate() -> None:
+    with pytest.raises(ValueError, match=f"at most {MAX_EXACT_SEEDS} seeds, got 21"):
+        sign_flip_test([1.0] * 21)
+    with pytest.raises(ValueError, match="at least one difference"):
+        sign_flip_test([])
+    with pytest.raises(ValueError, match="finite differences"):
+        sign_flip_test([1.0, math.nan])
+    with pytest.raises(ValueError, match="at most 20 seeds, got 21"):  # before anything trains
+        Budget(seeds=21)
+    assert sign_flip_test([1.0] * MAX_EXACT_SEEDS) == 2 / 2**MAX_EXACT_SEEDS
+
+
+def test_how_many_seeds_an_exact_verdict_needs() -> None:
+    assert exact_floor(3) == 0.25 and exact_floor(1) == 1.0
+    assert seeds_for_exact(1) == 6  # 2/32 = 0.0625 is not below 0.05, 2/64 is
+    assert seeds_for_exact(14) == 10  # 14 x 2/512 = 0.055; 14 x 2/1024 = 0.027
+    assert seeds_for_exact(26) == 11
+    with pytest.raises(ValueError, match="at least one test"):
+        seeds_for_exact(0)
+
+
+# ----------------------------------------------------------------------------- both tests, one verdict
+def test_comparisons_carry_both_tests() -> None:
+    a, b = [0.50, 0.52, 0.49, 0.51, 0.53], [0.48, 0.51, 0.46, 0.50, 0.50]
+    c = paired(a, b)
+    assert c.p_value == pytest.approx(scipy_stats.ttest_rel(a, b).pvalue) and c.p_value < 0.05
+    assert c.p_exact == 0.0625 and not c.no_spread  # 5 seeds, all one way: the exact floor
+    ratio = one_sample([0.52, 0.50, 0.53], 0.6)
+    assert ratio.p_value == pytest.approx(scipy_stats.ttest_1samp([0.52, 0.50, 0.53], 0.6).pvalue)
+    assert ratio.p_exact == 0.25
+    same = paired([1.0, 2.0, 3.0], [0.5, 1.5, 2.5])
+    assert same.no_spread and same.p_value == same.p_exact == 0.25
+
+
+def test_a_verdict_needs_both_adjusted_tests() -> None:
+    c = paired([0.50, 0.52, 0.49, 0.51, 0.53], [0.48, 0.51, 0.46, 0.50, 0.50])
+    assert agreed_verdict(c, 0.01, 0.01) == "met"
+    assert agreed_verdict(c, 0.01, 0.01, higher_is_better=False) == "not met"
+    assert agreed_verdict(c, 0.01, c.p_exact) == "inconclusive"  # the t test alone: 5 seeds cannot
+    assert agreed_verdict(c, 0.06, 0.01) == "inconclusive"  # the exact test alone
+    assert agreed_verdict(c, 0.01, math.nan) == "inconclusive"
+    ten = paired([1.0 + 0.1 * k for k in range(10)], [0.5 + 0.13 * k for k in range(10)])
+    assert ten.p_exact == 2 / 1024
+    p_t, p_exact = holm([ten.p_value] * 3), holm([ten.p_exact] * 3)
+    assert agreed_verdict(ten, p_t[0], p_exact[0]) == "met"
+
+
+# ----------------------------------------------------------------------------- the protocol's verdicts
+def _stand_in_protocol(monkeypatch: pytest.MonkeyPatch, seeds: int) -> ProtocolResult:
+    """The protocol on stand-in runs (tests/test_bench.py's): the tree learns fastest, every arm's
+    per-seed differences vary a little."""
+    def sweep_run(config, arm, budget, clock, test_seed):
+        peak = PEAKS.get(arm.name, 8e-4)
+        reward = 0.45 + GAINS.get(arm.name, 0.01) - 0.005 * abs(math.log2(config.optim.lr / peak))
+        return {"validation_reward": reward, "validation_base": 0.45, "median_cpu_s": 2.0,
+                "median_wall_s": 1.0, "test_prompts_in_validation": 0}
+
+    def full_run(config, arm, budget, seconds, clock, treatment):
+        return _stand_in_run(arm.name, config.seed, config.optim.lr, treatment.name, budget, seconds)
+
+    monkeypatch.setattr(protocol, "sweep_run", sweep_run)
+    monkeypatch.setattr(protocol, "full_run", full_run)
+    budget = Budget(images=64, seeds=seeds, checkpoints=4, lrs=(4e-4, 8e-4, 1.6e-3), sweep_iterations=2)
+    arms = select_arms(",".join([*GAINS, "no LayerTuning", "no clip"]))
+    return protocol.run_protocol(budget, ["data.prompts_per_iteration=2"], None, arms, lambda _: None)
+
+
+def test_three_seeds_reach_no_verdict_that_the_t_test_alone_would_give(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tests = {t.key: t for t in all_tests(_stand_in_protocol(monkeypatch, 3))}
+    reward = tests[f"reward:images:{TREE}:flow_grpo_fast:published"]
+    efficiency = tests[f"efficiency:{TREE_EULER}:mixgrpo"]
+    for t in (reward, efficiency):
+        assert t.p_adjusted < 0.05 and t.p_exact == 0.25  # the t test alone would say "met"
+        assert t.verdict == "inconclusive"
+    assert not any(t.verdict in ("met", "not met") for t in tests.values())
+    assert f"efficiency:{TREE_EULER}:mixgrpo:0.5" in tests  # "about 50%" against 0.5 too
+    time = tests[f"time:seconds:{TREE}:flow_grpo_fast"]
+    assert time.verdict == "descriptive" and "checkpoints" in time.descriptive
+    assert "chosen as the best baseline on validation by a margin of" in time.descriptive
+
+
+def test_ten_seeds_give_verdicts_where_both_tests_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    result = _stand_in_protocol(monkeypatch, 10)
+    tests = all_tests(result)
+    by = {t.key: t for t in tests}
+    reward = by[f"reward:images:{TREE}:flow_grpo_fast:published"]
+    assert reward.p_exact == 2 / 1024 and reward.p_exact_adjusted < 0.05 and reward.verdict == "met"
+    assert by[f"efficiency:{TREE_EULER}:mixgrpo"].verdict == "met"  # 0.5x < 0.6x on every seed
+    assert by[f"time:images:{TREE}:flow_grpo_fast"].verdict == "descriptive"  # never a verdict
+    for t in tests:  # every verdict is one both adjusted tests give
+        if t.verdict in ("met", "not met"):
+            assert t.p_adjusted < 0.05 and t.p_exact_adjusted < 0.05
+    rows = {r["key"]: r for r in report.test_rows(tests)}
+    assert rows[reward.key]["p_holm_exact"] == pytest.approx(reward.p_exact_adjusted)
+    assert rows[reward.key]["seeds"] == 10
+    summary = report.format_summary({"arms": [], "tests": report.test_rows(tests)})
+    assert "(t test)" in summary and "(exact sign-flip)" in summary
+    assert "no verdict (a measurement)" in summary
+
+
+# ----------------------------------------------------------------------------- the committed page
+def test_docs_results_is_the_page_rendered_from_its_protocol_json() -> None:
+    """docs/results.md is what `treerpo bench report` renders from docs/data/protocol.json (no
+    training), and with its 3 seeds it prints no verdict: every figure says which test made it."""
+    result = load(ROOT / "docs" / "data")
+    tests = all_tests(result)
+    text = markdown(result, tests, report.summary_rows(result), "images").rstrip("\n")
+    page = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert page.startswith(text), "docs/results.md is stale: rebuild it with `treerpo bench report`"
+    assert result.budget.seeds == 3
+    assert "| **met** |" not in text and "| **not met** |" not in text  # no verdict cell says either
+    assert text.count("| **inconclusive** |") >= 30
+    assert "| seeds | p, t test | p, exact | Holm p, t test | Holm p, exact | verdict |" in text
+    assert "smallest p-value is 2/2^3 = 0.25, so no comparison on this page can be met" in text
+    assert "tested against 0.5x" in text and "tested against 0.6x" in text
+    assert "a margin of 0.0019" in text and "(checkpoint 1) against" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._comfy import ComfyExtension, io
+from .checkpoints import NODES as CHECKPOINT_NODES
 from .embedded import NODES as EMBEDDED_NODES
 from .picks import NODES as PICKS_NODES
 from .picks_routes import register_routes
@@ -15,7 +16,8 @@ class TreeRPOExtension(ComfyExtension):
     """The pack's V3 extension: the list of its nodes."""
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        return [*EMBEDDED_NODES, *SAMPLING_NODES, *TRAINING_NODES, *REWARD_NODES, *PICKS_NODES]
+        return [*EMBEDDED_NODES, *SAMPLING_NODES, *TRAINING_NODES, *REWARD_NODES, *PICKS_NODES,
+                *CHECKPOINT_NODES]
 
 
 async def extension() -> TreeRPOExtension:

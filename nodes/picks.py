@@ -16,6 +16,7 @@ import torch
 
 from ..trainer.core.flow import make_sigmas
 from ..trainer.core.strategies import build_plan
+from ..trainer.guard.levels import DEFAULT_KEEP, GUARDED_PICKS_WEIGHT, KEEP_LEVELS
 from ..trainer.preferences.store import PickStore
 from ..trainer.training.from_picks import model_id, store_trees
 from ..trainer.training.loop import check_plan
@@ -31,6 +32,7 @@ from ._comfy import (
     tree_memory,
 )
 from .budget import MAX_LEAVES, check_memory, stored_latents
+from .checkpoints import outputs as guarded_outputs
 from .inputs import about, check_embedded_text, check_ranges, parse_lines, parse_weights
 from .picks_folders import PICKS_ROOT
 from .picks_folders import picks_folder as folder_of
@@ -54,6 +56,8 @@ from .widgets import check_reward_inputs, reward_names, settings_input
 CATEGORY = "TreeRPO/picks"
 NO_GUARD = "none"
 MODES = ["reward", "online"]
+KEEP_OFF = "off (fixed weight)"
+KEEP_OPTIONS = [*KEEP_LEVELS, KEEP_OFF]
 
 
 def folder_input() -> io.String.Input:
@@ -168,11 +172,18 @@ class TreeRPOSampleToPick(io.ComfyNode):
         return io.NodeOutput(leaves, folder.name, ui=ui)
 
 
-def picks_spec(guard_reward: str, picks_weight: float) -> str:
-    """The trainer's reward: the picks, and the guard reward with the rest of the weight."""
-    if guard_reward == NO_GUARD or picks_weight >= 1.0:
+def keep_word(keep: str) -> str:
+    """The trainer's ``guard.keep`` for the widget's choice."""
+    return "off" if keep == KEEP_OFF else keep
+
+
+def picks_spec(guard_reward: str, picks_weight: float, keep: str = KEEP_OFF) -> str:
+    """The trainer's reward: the picks, and the guard reward with the rest of the weight. Under the
+    guard the picks train at ``GUARDED_PICKS_WEIGHT`` and the limit decides how far they go."""
+    weight = picks_weight if keep_word(keep) == "off" else GUARDED_PICKS_WEIGHT
+    if guard_reward == NO_GUARD or weight >= 1.0:
         return "picks:1"
-    return f"picks:{picks_weight:g},{guard_reward}:{1.0 - picks_weight:g}"
+    return f"picks:{weight:g},{guard_reward}:{1.0 - weight:g}"
 
 
 def folder_prompts(store: PickStore, labelled: list[str]) -> list[str]:
@@ -215,11 +226,19 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
                                    tooltip="a reward that keeps the images following their prompt while "
                                            "they move toward your taste (scene: the embedded model's "
                                            "checker); none: your picks alone"),
-                    io.Float.Input("picks_weight", display_name="weight of your picks", default=0.15,
-                                   min=0.05, max=1.0, step=0.05,
-                                   tooltip="how much your picks count against the guard reward (1: only "
-                                           "your picks); at 0.15 a simulated person's taste was learnt while "
-                                           "the guard held, at 0.25 the guard slipped (docs/results.md)"),
+                    io.Combo.Input("keep_following", display_name="keep following the prompt",
+                                   options=KEEP_OPTIONS, default=DEFAULT_KEEP,
+                                   tooltip="how much following the prompt you will trade for your "
+                                           "taste: strictly / closely / loosely let the guard reward fall "
+                                           "by at most 0.01 / 0.02 / 0.05 (scene reward; another guard: "
+                                           "the same share of its spread). Training keeps a checkpoint "
+                                           "every few rounds and returns the one with the most of your "
+                                           "taste within that; the plot on the node shows them all. off: "
+                                           "a fixed weight (below)"),
+                    io.Float.Input("picks_weight", display_name="weight of your picks (when off)",
+                                   default=0.15, min=0.05, max=1.0, step=0.05,
+                                   tooltip="experts, only when 'keep following the prompt' is off: how much "
+                                           "your picks count against the guard reward (1: only your picks)"),
                     io.String.Input("reward_weights", display_name="guard reward weight files",
                                     multiline=True, default="",
                                     placeholder="only for a model guard reward: name=path per line, e.g. "
@@ -240,19 +259,28 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
             outputs=training_outputs())
 
     @classmethod
-    def validate_inputs(cls, picks_folder: str, guard_reward: str, picks_weight: float, reward_weights: str,
-                        mode: str, settings: str) -> bool:
+    def validate_inputs(cls, picks_folder: str, guard_reward: str, keep_following: str, picks_weight: float,
+                        reward_weights: str, mode: str, settings: str) -> bool:
+        weights = {}
+        if guard_reward != NO_GUARD:  # first: missing weights are named on the first run, not after picking
+            weights = check_reward_inputs(guard_reward, "", reward_weights)
         with about("picks_folder"):
             store = existing_store(picks_folder)
             store.check()  # empty, unlabelled, mixed sizes or models, a pick that says nothing
         if mode not in MODES:
             raise ValueError(f"mode: {mode!r} is not a mode; choose reward or online")
-        weights = {}
-        if guard_reward != NO_GUARD:
-            weights = check_reward_inputs(guard_reward, "", reward_weights)
+        if keep_following not in KEEP_OPTIONS:
+            raise ValueError(f"keep_following: {keep_following!r} is not a choice; choose "
+                             + ", ".join(KEEP_OPTIONS))
+        if keep_word(keep_following) != "off" and guard_reward == NO_GUARD:
+            raise ValueError("keep_following: keeping to the prompt needs a guard reward to measure it "
+                             "(choose one, e.g. scene for the embedded model), or set it to off")
+        if keep_word(keep_following) != "off" and mode == "online":
+            raise ValueError("keep_following: the guard works with mode reward (online mode trains on the "
+                             "picked trees only): choose mode reward, or set it to off")
         with about("settings"):
             config = picks_config(1, [], guard_reward, picks_weight, weights, str(store.root), mode, 0,
-                                  settings)
+                                  settings, keep=keep_following)
             check_plan(config)
             check_training_budget(config)
         return True
@@ -268,8 +296,8 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
         return hashlib.sha256("\n".join(saves).encode()).hexdigest()
 
     @classmethod
-    def execute(cls, model: Any, picks_folder: str, iterations: int, guard_reward: str, picks_weight: float,
-                reward_weights: str, mode: str, seed: int, settings: str,
+    def execute(cls, model: Any, picks_folder: str, iterations: int, guard_reward: str, keep_following: str,
+                picks_weight: float, reward_weights: str, mode: str, seed: int, settings: str,
                 previous: TrainingState | None = None, clip: Any = None, vae: Any = None,
                 latent: dict | None = None) -> io.NodeOutput:
         folder = folder_of(picks_folder)
@@ -282,34 +310,38 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
             with about("picks_folder"):  # before any training: the trees must be this model's
                 labelled = store.check(model_id(policy, "embedded"))
             config = picks_config(iterations, folder_prompts(store, labelled), guard_reward, picks_weight,
-                                  weights, str(folder), mode, seed, settings)
+                                  weights, str(folder), mode, seed, settings, keep=keep_following)
             run = train_from_picks(policy, folder, config, iterations, previous, on_iteration)
+            if run.guard is not None:
+                return guarded_outputs(model, run, run.guard.choice, shift)
             return io.NodeOutput(embedded_model_patcher(run.policy, shift), run.policy, run, comfy_lora(run))
 
         family = flow_family(model)
         check_continuable(model, previous)
         defaults = model_defaults(model, family)
         probe = picks_config(iterations, [], guard_reward, picks_weight, weights, str(folder), mode, seed,
-                             settings, defaults)
+                             settings, defaults, keep_following)
         m = probe.model
         policy = comfy_policy(model, clip, vae, latent, m.guidance, family, m.height, m.width)
         with about("picks_folder"):
             labelled = store.check(model_id(policy, family.name))
         config = picks_config(iterations, folder_prompts(store, labelled), guard_reward, picks_weight,
-                              weights, str(folder), mode, seed, settings, defaults)
+                              weights, str(folder), mode, seed, settings, defaults, keep_following)
         with policy.training(checkpointing=m.gradient_checkpointing):
             run = train_from_picks(policy, folder, config, iterations, previous, on_iteration)
+        if run.guard is not None:
+            return guarded_outputs(model, run, run.guard.choice, None)
         return trained_outputs(model, run)
 
 
 def picks_config(iterations: int, prompts: list[str], guard_reward: str, picks_weight: float,
                  weights: dict[str, str], folder: str, mode: str, seed: int, settings: str,
-                 defaults: list[str] | None = None) -> Any:
+                 defaults: list[str] | None = None, keep: str = KEEP_OFF) -> Any:
     """The trainer's config: the node's widgets, the picks folder as the ``picks`` reward's, and the
-    settings box (the mode widget wins over a ``picks.mode`` line there)."""
-    spec = picks_spec(guard_reward, picks_weight)
+    settings box (the mode and guard widgets win over ``picks.mode`` and ``guard.keep`` lines there)."""
+    spec = picks_spec(guard_reward, picks_weight, keep)
     return node_config(iterations, prompts, spec, {**weights, "picks": folder}, "dynamic_treerpo", seed,
-                       settings + f"\npicks.mode={mode}", defaults or [])
+                       settings + f"\npicks.mode={mode}\nguard.keep={keep_word(keep)}", defaults or [])
 
 
 NODES: list[type[io.ComfyNode]] = [TreeRPOSampleToPick, TreeRPOTrainFromPicks]

@@ -102,7 +102,7 @@ def node_config(iterations: int, prompts: list[str], reward: str, reward_weights
     other option (the keys of configs/default.yaml), validated by the same loader."""
     overrides = [f"iterations={iterations}", f"strategy={strategy}", f"seed={seed}",
                  *defaults, *parse_lines(settings)]
-    config = load_config(TrainConfig, None, overrides)
+    config = backbone_in_models(load_config(TrainConfig, None, overrides))
     data = config.data
     if prompts:
         folder = Path(tempfile.mkdtemp(prefix="treerpo_prompts_", dir=temp_directory()))
@@ -110,6 +110,23 @@ def node_config(iterations: int, prompts: list[str], reward: str, reward_weights
         file.write_text("\n".join(prompts) + "\n", encoding="utf-8")
         data = replace(data, prompts=str(file))
     return replace(config, reward=reward, reward_weights=reward_weights, data=data)
+
+
+def backbone_in_models(config: TrainConfig) -> TrainConfig:
+    """``picks.backbone_weights`` of the settings box read as the weight-file widgets' paths are: a relative
+    path under ComfyUI's models folder (not the folder ComfyUI was started from), refused outside its model
+    folders, and missing named in one line."""
+    path = config.picks.backbone_weights
+    if not path:
+        return config
+    name = config.picks.backbone
+    try:
+        (full,) = parse_weights(f"{name}={path}", models_directory(), model_roots()).values()
+    except ValueError as err:
+        raise ValueError(f"picks.backbone_weights: {err}") from None
+    if not Path(full).exists():
+        raise FileNotFoundError(f"picks.backbone_weights: weights of {name} not found: {full}")
+    return replace(config, picks=replace(config.picks, backbone_weights=full))
 
 
 def check_training_budget(config: TrainConfig) -> None:

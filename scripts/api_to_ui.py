@@ -44,6 +44,8 @@ TITLES = {
     "pick_and_train": "Embedded shapes model, pick what you like and train (runs on a CPU)",
     "flux_dev_template": "FLUX.1 dev, best of 8 variations (needs FLUX.1 dev weights and a GPU)",
     "flux_dev_train": "FLUX.1 dev, train a LoRA (needs FLUX.1 dev weights and a GPU)",
+    "flux_dev_train_fp8": "FLUX.1 dev fp8, train a LoRA (needs FLUX.1 dev weights and a 24 GB GPU)",
+    "flux_pick_fp8": "FLUX.1 dev, pick what you like and train (needs FLUX.1 dev weights and a 24 GB GPU)",
     "qwen_image_train": "Qwen Image, train a LoRA (needs Qwen Image weights and a big GPU)",
 }
 

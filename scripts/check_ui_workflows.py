@@ -37,14 +37,16 @@ edges must be on the canvas).
 With ``--run-previews`` ComfyUI runs with ``--preview-method auto`` and the page runs two workflows as
 a user does (opened as a file, queued with the Run button's command, Comfy.QueuePrompt), watching what
 the frontend makes of the server's messages about one node: ``train_embedded`` until TreeRPO Train
-LoRA (steps) shows its reward curve (the node's ``imgs``, from ``app.nodePreviewImages``) and its
-progress text "iteration k/K: reward ..." (the frontend's text widget on the node, on the page) from
+LoRA (steps) shows its reward curve (the node's ``imgs``, from ``app.nodePreviewImages``; in Nodes 2.0 the
+preview image in the node's element) and its progress text "iteration k/K: reward ..." (on the page: the
+frontend's text widget on the node, or in Nodes 2.0 the pack's own line, ``web/training_nodes.js``) from
 iteration 3 on, then interrupted (the Interrupt command; the whole training takes half a minute on
 two idle cores, minutes on busy ones); and
 ``best_of_tree``, with 100 steps instead of 10, until TreeRPO Best of Tree shows its branches tiled
 side by side (the latent previewer's image) at half its steps, then left to finish; after it,
-the node must show what the pack's web extension (``web/best_of_tree.js``) draws: every leaf's preview
-loaded, the scores and the best leaf the server sent, the grid inside the node. Each node is
+the node must show what the pack's web extension (``web/best_of_tree.js``) shows: every leaf's preview
+loaded and drawn, the scores and the best leaf the server sent (framed, and named over the grid), the grid
+inside the node and not covered. Each node is
 photographed mid-run, zoomed on it (``run_<id>.png``), and Best of Tree after its run
 (``scores_best_of_tree.png``, and its grid close up, ``scores_best_of_tree_grid.png``); the run must end
 as expected (interrupted, or success), the server's queue empty, with nothing logged by the page.
@@ -53,6 +55,13 @@ as expected (interrupted, or success), the server's queue empty, with nothing lo
     .venv/bin/python scripts/check_ui_workflows.py workflows/Embedded*best*.json --browser /usr/bin/chromium
     .venv/bin/python scripts/check_ui_workflows.py --templates --screenshots shots/
     .venv/bin/python scripts/check_ui_workflows.py --run-previews --screenshots shots/
+    .venv/bin/python scripts/check_ui_workflows.py --run-previews --vue-nodes --screenshots shots/
+
+With ``--vue-nodes`` the page draws its nodes as Vue components ("Nodes 2.0", the user setting
+``Comfy.VueNodes.Enabled``, set through ``POST /settings`` before the page opens) instead of on the LiteGraph
+canvas: the pack's web extensions must show the same there (a node's live preview is then the image in the
+node's own element, and Best of Tree's grid a widget mounted in it). tests/test_ui_frontend.py runs
+``--run-previews`` in both views; the template checks are made in the classic view.
 
 ``--screenshots DIR`` saves a 1400x900 PNG of the page with each workflow fitted into view
 (``<id>.png``: the API id), of the template browser (``template_browser.png``) and of each workflow
@@ -107,6 +116,35 @@ SETTINGS = {"Comfy.TutorialCompleted": True}  # no template browser over the can
 # and no minimap over the graph's bottom right corner
 SCREENSHOT_SETTINGS = {"LiteGraph.Canvas.LowQualityRenderingZoomThreshold": 0.2,
                        "Comfy.Minimap.Visible": False}
+VUE_NODES = "Comfy.VueNodes.Enabled"  # the node view: Vue components ("Nodes 2.0") or the canvas (classic)
+
+# In the page (pasted into other snippets): where node ``node`` is on the screen, title bar included,
+# in either node view: its own element in Nodes 2.0, else its bounding box on the canvas.
+NODE_BOX = r"""
+const nodeBox = (node) => {
+  if (LiteGraph.vueNodesMode) {
+    const el = document.querySelector(`.lg-node[data-node-id="${CSS.escape(String(node.id))}"]`);
+    const r = el?.getBoundingClientRect();
+    return r ? {left: r.left, top: r.top, right: r.right, bottom: r.bottom} : null;
+  }
+  const ds = app.canvas.ds, box = app.canvas.canvas.getBoundingClientRect();
+  const [x, y, w, h] = node.boundingRect;
+  const left = (x + ds.offset[0]) * ds.scale + box.left, top = (y + ds.offset[1]) * ds.scale + box.top;
+  return {left, top, right: left + w * ds.scale, bottom: top + h * ds.scale};
+};
+// whether element ``el`` is on the page with a size, inside node ``node``'s box, and whether what the page
+// shows at the centre of ``probe`` (an element inside it) is that element: nothing covers it
+const shownIn = (el, node, probe = el) => {
+  const r = el?.getBoundingClientRect(), box = nodeBox(node);
+  if (!el || !el.isConnected || !r || !box) return {attached: Boolean(el?.isConnected), size: [0, 0]};
+  const p = probe.getBoundingClientRect();
+  const hit = document.elementFromPoint((p.left + p.right) / 2, (p.top + p.bottom) / 2);
+  return {attached: true, size: [Math.round(r.width), Math.round(r.height)],
+          inside: r.left >= box.left - 2 && r.right <= box.right + 2 && r.top >= box.top - 2
+                  && r.bottom <= box.bottom + 2,
+          uncovered: Boolean(hit && probe.contains(hit))};
+};
+"""
 
 # In the page: load one workflow as a user does and describe what the frontend made of it.
 # ``load`` is an async function of no arguments that opens the workflow (as a file, or as a template).
@@ -338,7 +376,12 @@ async (id, widgets) => {
 RUN_STATE = r"""
 (id) => {
   const node = app.graph.getNodeById(id);
-  const img = node?.imgs?.[0];
+  // the classic canvas draws node.imgs; Nodes 2.0 shows the newest preview as an image in the node's element
+  const latest = app.nodePreviewImages?.[String(id)]?.at(-1);
+  const own = document.querySelector(`.lg-node[data-node-id="${id}"]`);
+  const img = LiteGraph.vueNodesMode
+    ? [...(own?.querySelectorAll('img') ?? [])].find((i) => latest && i.src === latest && i.offsetWidth > 0)
+    : node?.imgs?.[0];
   const widget = (node?.widgets || []).find((w) => w.name === '$$node-text-preview');
   const text = widget ? String(widget.value ?? '') : null;
   const dialogs = [...document.querySelectorAll('.p-dialog')].filter((el) => el.offsetParent !== null)
@@ -352,17 +395,22 @@ RUN_STATE = r"""
 """
 
 # In the page: what the pack's extension (web/best_of_tree.js) shows on Best of Tree node ``id`` after a run:
-# the scores and best leaf it holds, how many leaf previews have loaded, and where its grid widget sits.
+# the scores and best leaf it holds, how many leaf previews have loaded and are shown with a size, the leaf
+# framed as the best, the line over the grid, and whether the grid is on the page inside the node, uncovered.
 SCORE_STATE = r"""
-(id) => {
+(id) => {""" + NODE_BOX + r"""
   const node = app.graph.getNodeById(id);
   const view = node?.treerpoView;
   const widget = (node?.widgets || []).find((w) => w.name === 'treerpo_leaf_scores');
-  return {scores: view ? view.scores : null, best: view ? view.best : null,
-          images: view ? view.images.length : 0,
-          loaded: view ? view.images.filter((img) => img.complete && img.naturalWidth > 0).length : 0,
-          widget: widget ? [Math.round(widget.y ?? -1), Math.round(widget.computedHeight ?? 0)] : null,
-          nodeSize: node ? node.size.map(Math.round) : null};
+  const images = view ? view.images : [];
+  const framed = widget ? [...widget.element.querySelectorAll('.best img')] : [];
+  return {scores: view ? view.scores : null, best: view ? view.best : null, images: images.length,
+          loaded: images.filter((img) => img.complete && img.naturalWidth > 0).length,
+          drawn: images.filter((img) => img.isConnected && img.offsetWidth && img.offsetHeight).length,
+          framed: framed.length === 1 ? images.indexOf(framed[0]) : null,
+          title: widget?.element.querySelector('.ts-title')?.textContent ?? null,
+          grid: widget && images.length ? shownIn(widget.element, node, images[0]) : null,
+          vue: Boolean(LiteGraph.vueNodesMode)};
 }
 """
 
@@ -528,17 +576,21 @@ def compare_prompt(api: dict, output: dict) -> list[str]:
 
 
 def open_frontend(server: Server, browser: str, size: tuple[int, int] = (1400, 900),
-                  screenshots: bool = True) -> tuple[Browser, int]:
+                  screenshots: bool = True, vue_nodes: bool = False) -> tuple[Browser, int]:
     """The frontend of ``server`` in a new page of ``size``, with the check's settings (and the
-    screenshots' when ``screenshots``), once it is set up: the page and its node types' count."""
-    settings = {**SETTINGS, **(SCREENSHOT_SETTINGS if screenshots else {})}
+    screenshots' when ``screenshots``; the nodes drawn as Vue components, "Nodes 2.0", with ``vue_nodes``,
+    else on the canvas), once it is set up: the page and its node types' count."""
+    settings = {**SETTINGS, **(SCREENSHOT_SETTINGS if screenshots else {}), VUE_NODES: vue_nodes}
     request = urllib.request.Request(server.url + "/settings", data=json.dumps(settings).encode(),
                                      headers={"Content-Type": "application/json"})
     urllib.request.urlopen(request, timeout=30).close()
     tools = Browser(browser, size)
     try:
         tools.page.goto(server.url + "/", wait_until="domcontentloaded", timeout=120_000)
-        return tools, wait_for_app(tools)
+        count = wait_for_app(tools)
+        if tools.evaluate("Boolean(LiteGraph.vueNodesMode)") != vue_nodes:
+            raise BrowserError(f"the page did not take the setting {VUE_NODES}={vue_nodes}")
+        return tools, count
     except BaseException:
         tools.close()
         raise
@@ -822,10 +874,14 @@ GRID_VIEW = r"""
 (id) => {
   const node = app.graph.getNodeById(id), canvas = app.canvas, ds = canvas.ds;
   const widget = (node?.widgets || []).find((w) => w.name === 'treerpo_leaf_scores');
-  if (!widget) return false;
+  if (!widget || !widget.element.isConnected) return false;
   const width = canvas.canvas.width / devicePixelRatio, height = canvas.canvas.height / devicePixelRatio;
+  // the grid's element, where either node view put it, back in graph units
+  const box = canvas.canvas.getBoundingClientRect(), r = widget.element.getBoundingClientRect();
+  const top = (r.top - box.top) / ds.scale - ds.offset[1];
+  const bottom = (r.bottom - box.top) / ds.scale - ds.offset[1];
   const [x0, x1] = [node.pos[0] - 10, node.pos[0] + node.size[0] + 10];
-  const [y0, y1] = [node.pos[1] + widget.y - 60, node.pos[1] + node.size[1] + 10];
+  const [y0, y1] = [top - 60, bottom + 10];
   ds.scale = Math.min((width - 220) / (x1 - x0), (height - 260) / (y1 - y0), 2);
   ds.offset[0] = (width / 2 + 25) / ds.scale - (x0 + x1) / 2;
   ds.offset[1] = (height / 2 + 30) / ds.scale - (y0 + y1) / 2;
@@ -860,14 +916,20 @@ def scores_shown(tools: Browser, server: Server, name: str, node_id: int,
         failures.append(f"node {node_id} shows scores {state['scores']}, the server sent {sent}")
     if state["best"] != best:
         failures.append(f"node {node_id} marks leaf {state['best']} as best, the server said {best}")
-    if state["images"] != len(sent) or state["loaded"] != len(sent):
-        failures.append(f"{state['loaded']} of {len(sent)} leaf previews loaded on node {node_id}")
-    top, height = state["widget"] or (-1, 0)
-    if top < 0 or height <= 0 or top + height > state["nodeSize"][1]:
-        failures.append(f"the score grid (y {top}, {height} high) is not inside node {node_id} "
-                        f"({state['nodeSize'][1]} high)")
+    if state["images"] != len(sent) or state["loaded"] != len(sent) or state["drawn"] != len(sent):
+        failures.append(f"{state['loaded']} of {len(sent)} leaf previews loaded on node {node_id}, "
+                        f"{state['drawn']} shown with a size")
+    if state["framed"] != best:
+        failures.append(f"node {node_id} frames leaf {state['framed']} as the best, the server said {best}")
+    if not (state["title"] or "").startswith(f"best: leaf {best} of {len(sent)}, "):
+        failures.append(f"node {node_id}'s line over the grid: {state['title']!r}")
+    grid = state["grid"] or {"attached": False, "size": [0, 0]}
+    if not (grid["attached"] and min(grid["size"]) > 0 and grid.get("inside") and grid.get("uncovered")):
+        failures.append(f"the score grid is not shown whole inside node {node_id}, uncovered: {grid} "
+                        f"({'Nodes 2.0' if state['vue'] else 'classic'} view)")
     notes.append(f"after the run the node shows {len(sent)} leaves with their scores, leaf {best} framed as "
-                 f"the best ({sent[best]:.4f}), {state['loaded']} previews loaded")
+                 f"the best ({sent[best]:.4f}), {state['loaded']} previews loaded, the grid "
+                 f"{grid['size'][0]}x{grid['size'][1]} inside the node")
     if shots is not None:
         notes.append(f"screenshot: {save_screenshot(tools, shots, f'scores_{name}', nodes=[node_id])}")
         tools.evaluate(f"({GRID_VIEW})({node_id})")
@@ -912,6 +974,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run train_embedded and best_of_tree from the page (ComfyUI started with "
                              "--preview-method auto) until their nodes show live previews; with "
                              "--screenshots, PNGs of those nodes mid-run (run_<name>.png)")
+    parser.add_argument("--vue-nodes", action="store_true",
+                        help='draw the nodes as Vue components ("Nodes 2.0", the setting '
+                             'Comfy.VueNodes.Enabled) instead of on the canvas')
     parser.add_argument("--find-browser", action="store_true",
                         help="only print the Chromium the check would use (exit status 2 when none)")
     args = parser.parse_args(argv)
@@ -940,9 +1005,12 @@ def main(argv: list[str] | None = None) -> int:
             server = start_server(comfyui.resolve(), Path(tmp) / "comfyui",
                                   options=PREVIEW_OPTIONS if args.run_previews else ())
             shots = args.screenshots is not None
-            tools, count = open_frontend(server, browser, (1400, 900) if shots else (1600, 1000), shots)
+            tools, count = open_frontend(server, browser, (1400, 900) if shots else (1600, 1000), shots,
+                                         args.vue_nodes)
             boot, _ = problems_in_log(tools.take_events(), server.url)
-            print(f"frontend ready: {count} node types, {time.monotonic() - started:.0f} s "
+            view = "Nodes 2.0" if args.vue_nodes else "classic"
+            print(f"frontend ready ({view} node view): {count} node types, "
+                  f"{time.monotonic() - started:.0f} s "
                   f"({len(boot)} message(s) logged while starting, not counted"
                   + (")" if args.verbose else "; --verbose lists them)"))
             for line in boot if args.verbose else ():

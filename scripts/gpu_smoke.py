@@ -33,6 +33,20 @@ the host before the move, so its bf16 copy never reaches the GPU).
 paper's setting (``treerpo nfe``'s configs: 25 steps, window at 10, depth 4, binary branching, 16
 images per prompt for every strategy, each baseline with its published loss), after one warm-up
 iteration, and prints each one's time against MixGRPO's beside the paper's Table 1 ratios.
+
+``--template flux_pick_fp8`` (or ``flux_dev_train_fp8``) measures a ComfyUI template instead
+(``scripts/template_run.py``): it writes random weights of the real files' shapes under the template's
+file names (FLUX.1-dev stored in fp8, CLIP-L, T5-XXL in fp8, the autoencoder, PickScore's or HPS-v2.1's
+ViT-H-14 CLIP), loads ComfyUI with this pack in this process, and runs the template's own graph through
+ComfyUI's loaders, model classes and executor: for the picks template, sampling trees, a scripted
+person's picks through the picks store, training (PickScore's CLIP as the features and the guard) and
+the before/after images. Every widget is as saved except the run's length (``--trees-per-prompt``,
+``--iterations``, ``--prompts``; the guard's validation pairs with ``--guard-pairs``). A card of
+``--card-gib`` (default 24) is emulated on a larger one by a ballast tensor that ComfyUI and torch both
+see as used; the peaks are reported without it. One ``RESULT`` line per stage (files, sample, pick,
+train, compare: seconds, peak allocated and reserved memory, the models ComfyUI holds) and one for the
+whole run. It needs ComfyUI (``$TREERPO_COMFYUI`` or ``.comfyui``) and about 19 GB of disk for the files
+(``--work DIR``; a temporary folder by default). ``--tiny`` runs it on the CPU at 32 px with tiny models.
 """
 
 from __future__ import annotations
@@ -306,7 +320,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quantize", choices=("none", "fp8"), default="none",
                         help="fp8: the transformer's weights stored in float8_e4m3fn (model.quantize)")
     parser.add_argument("--rank", type=int, default=16, help="LoRA rank (alpha = rank)")
+    parser.add_argument("--template", default=None,
+                        help="measure a ComfyUI template on random weights of its files' shapes instead: "
+                             "flux_pick_fp8 or flux_dev_train_fp8 (scripts/template_run.py)")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="template: folder for the random model files and ComfyUI's output (kept); "
+                             "default: a temporary folder, removed after")
+    parser.add_argument("--trees-per-prompt", type=int, default=1,
+                        help="template: trees to sample per prompt")
+    parser.add_argument("--prompts", type=int, default=None,
+                        help="template: sample the first N prompts (default: every prompt; 1 with --tiny)")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="template: training rounds (default 2; 1 with --tiny)")
+    parser.add_argument("--guard-pairs", type=int, default=4,
+                        help="template: validation pairs of the picks trainer's guard, when it has one")
+    parser.add_argument("--card-gib", type=float, default=24.0,
+                        help="template: emulate a card of this many GiB on a larger one (0: the whole card)")
     args = parser.parse_args(argv)
+    if args.template is not None:
+        return template_main(args)
     if not args.cudnn_attention:
         torch.backends.cuda.enable_cudnn_sdp(False)
     device = torch.device(args.device or ("cpu" if args.tiny else "cuda"))
@@ -345,6 +377,69 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.empty_cache()
     print(f"gpu_smoke: total {time.perf_counter() - start:.1f} s, {'FAILED' if failed else 'ok'}", flush=True)
     return 1 if failed else 0
+
+
+# ------------------------------------------------------------------------------ a ComfyUI template
+def template_main(args: argparse.Namespace) -> int:
+    """``--template``: the template's stages on random weights, one RESULT line each (see the docstring)."""
+    import shutil
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import template_run
+
+    if args.template not in template_run.TEMPLATES:
+        print(f"gpu_smoke: no template {args.template!r}; choose from {','.join(template_run.TEMPLATES)}",
+              file=sys.stderr)
+        return 2
+    device = torch.device(args.device or ("cpu" if args.tiny else "cuda"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("gpu_smoke: no CUDA device (use --tiny for the CPU check)", file=sys.stderr)
+        return 2
+    if device.type == "cpu":
+        torch.set_num_threads(min(2, torch.get_num_threads()))
+    else:
+        print(f"gpu_smoke: {torch.cuda.get_device_name(device)}, torch {torch.__version__}, emulating a "
+              f"{args.card_gib:g} GiB card; attention as ComfyUI runs it (cuDNN SDPA "
+              f"{'on' if torch.backends.cuda.cudnn_sdp_enabled() else 'off'})", flush=True)
+    iterations = args.iterations or (1 if args.tiny else 2)
+    prompts = args.prompts or (1 if args.tiny else None)
+    work = args.work or Path(tempfile.mkdtemp(prefix="treerpo_template_"))
+    start = time.perf_counter()
+    try:
+        graph = template_run.first_prompts(template_run.template(args.template), prompts)
+        side = 32 if args.tiny else None
+        stages = template_run.run_template(
+            args.template, work, args.tiny, device, args.trees_per_prompt, iterations, side, args.card_gib,
+            report=lambda line: print(f"[{args.template}] {line}", flush=True), graph=graph,
+            guard_pairs=args.guard_pairs)
+    except Exception as err:  # one line says what failed; the traceback is above it
+        traceback.print_exc()
+        print(f"FAILED template={args.template}: {type(err).__name__}: {err}", flush=True)
+        return 1
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    source = "cuda_max_allocated" if device.type == "cuda" else "cpu_peak_rss"
+    for stage in stages:
+        fields = {"template": args.template, "stage": stage.name, "seconds": f"{stage.seconds:.2f}"}
+        if stage.peak_gib is not None:
+            fields |= {"peak_gib": f"{stage.peak_gib:.2f}", "reserved_gib": f"{stage.reserved_gib:.2f}",
+                       "resident_gib": f"{stage.resident_gib:.2f}"}
+        fields |= {k: str(v) for k, v in stage.extra.items()}
+        if stage.name == "train":
+            fields["iterations"] = str(iterations)
+        if stage.loaded:
+            fields["comfy_loaded_gib"] = ",".join(f"{label}:{gib:.2f}" for label, gib in stage.loaded)
+        print("RESULT " + " ".join(f"{k}={v}" for k, v in fields.items()), flush=True)
+        for node, errors in stage.refused.items():  # the first run refuses training: no picks yet
+            print(f"[{args.template}] stage {stage.name}: node {node} refused at validation: {errors[0]}")
+    peaks = [s.peak_gib for s in stages if s.peak_gib is not None]
+    peak = max(peaks) if peaks else peak_memory_gib(device)[0]
+    print(f"RESULT template={args.template} stage=all seconds={time.perf_counter() - start:.2f} "
+          f"peak_gib={peak:.2f} peak_mem_source={source} card_gib={args.card_gib:g}", flush=True)
+    print(f"gpu_smoke: total {time.perf_counter() - start:.1f} s, ok", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

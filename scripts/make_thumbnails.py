@@ -46,6 +46,8 @@ WARN = (251, 191, 36)
 NEEDS = {
     "flux_dev_template": ("Needs FLUX.1 dev weights", "and a GPU"),
     "flux_dev_train": ("Needs FLUX.1 dev weights", "and a GPU"),
+    "flux_dev_train_fp8": ("Needs FLUX.1 dev weights", "and a 24 GB GPU"),
+    "flux_pick_fp8": ("Needs FLUX.1 dev weights", "and a 24 GB GPU"),
     "qwen_image_train": ("Needs Qwen Image weights", "and a big GPU"),
 }
 

@@ -64,7 +64,8 @@ def train_graph(folder: str, iterations: int = 1, mode: str = "reward", prefix: 
     return {"1": {"class_type": "TreeRPOEmbeddedLoader", "inputs": {"weights": "", "shift": 3.0}},
             "10": {"class_type": "TreeRPOTrainFromPicks", "inputs": {
                 "model": ["1", 0], "picks_folder": folder, "iterations": iterations, "guard_reward": "scene",
-                "picks_weight": 0.5, "reward_weights": "", "mode": mode, "seed": 0, "settings": SETTINGS}},
+                "keep_following": "off (fixed weight)", "picks_weight": 0.5, "reward_weights": "",
+                "mode": mode, "seed": 0, "settings": SETTINGS}},
             "11": {"class_type": "TreeRPOSaveLoRA",
                    "inputs": {"run": ["10", 2], "filename_prefix": prefix, "format": "comfyui"}}}
 
@@ -185,6 +186,51 @@ def test_routes_save_picks_and_refuse_bad_ones(server: Server) -> None:
     assert state(server, "nothing_yet") == {"folder": "nothing_yet", "exists": False, "total": 0,
                                             "labelled": 0, "trees": []}
     assert len(list((picks_dir(server, "routes") / "trees" / tree / "picks").glob("*.json"))) == 1
+
+
+def guided_state(server: Server, folder: str, labelled: int, order: str = "") -> dict:
+    """The state once its advice is read on ``labelled`` trees (it is computed on a worker thread)."""
+    deadline = time.monotonic() + 120
+    while True:
+        status, body = call(server, f"/treerpo/picks/{folder}/state" + (f"?order={order}" if order else ""))
+        assert status == 200, body
+        if body["advice"]["trees"] == labelled:
+            return body
+        assert time.monotonic() < deadline, body["advice"]
+        time.sleep(0.2)
+
+
+def test_state_says_which_tree_next_and_whether_more_picks_help(server: Server) -> None:
+    from dynamic_treerpo.trainer.preferences.active import DEFAULT_ORDER, next_order
+    from dynamic_treerpo.trainer.preferences.pairs import tree_pairs
+    from dynamic_treerpo.trainer.preferences.store import PickStore
+    from dynamic_treerpo.trainer.rewards.personal import pooled_features
+
+    sampled(server, "guided", trees=5)  # 10 trees of 4 leaves
+    ids = [t["id"] for t in state(server, "guided")["trees"]]
+    body = guided_state(server, "guided", 0)
+    assert body["next_order"] == ids and body["advice"] == {
+        "text": "label 8 more trees to see how well your picks agree", "more_helps": None, "trees": 0}
+    # a single like, nothing else marked, is a whole answer: the liked leaf beats the 3 others
+    status, saved = call(server, f"/treerpo/picks/guided/{ids[0]}", {"liked": [2]})
+    assert status == 200 and (saved["liked"], saved["disliked"]) == ([2], []), saved
+    store = PickStore(picks_dir(server, "guided"))
+    assert {(p.better, p.worse) for p in tree_pairs(store.picks(ids[0]), 4)} == {(2, 0), (2, 1), (2, 3)}
+    for k, tree in enumerate(ids[1:8]):
+        sent = {"liked": [k % 4]} if k % 2 else {"liked": [k % 4], "disliked": [(k + 1) % 4]}
+        assert call(server, f"/treerpo/picks/guided/{tree}", sent)[0] == 200
+    body = guided_state(server, "guided", 8)
+    assert body["advice"]["more_helps"] is True, body["advice"]
+    assert body["advice"]["text"].startswith("your picks agree with each other on "), body["advice"]
+    assert body["advice"]["text"].endswith("of held-out pairs; still rising: more picks help"), body["advice"]
+    oldest = guided_state(server, "guided", 8, "oldest")["next_order"]
+    active = guided_state(server, "guided", 8, "active")["next_order"]
+    assert oldest == ids[8:] and body["next_order"] == (oldest if DEFAULT_ORDER == "oldest" else active)
+    pairs = {t: tree_pairs(store.picks(t), 4) for t in ids[:8]}
+    features = {t: pooled_features(store.load_images(t)).double() for t in ids}
+    assert active == next_order(ids, pairs, features, "active")  # the folder state's own order
+    status, body = call(server, "/treerpo/picks/guided/state?order=newest")
+    assert status == 400 and body["error"] == "order must be one of oldest, active, got 'newest'", body
 
 
 def test_a_server_restart_keeps_every_pick(servers: Servers, labelled: str) -> None:
@@ -404,8 +450,8 @@ for family in ("SD3", "Flux"):
     store = PickStore(work / "output" / "treerpo_picks" / name)
     for i, tree in enumerate(store.tree_ids()):
         store.save_picks(tree, [i], [3])
-    train = dict(picks_folder=name, guard_reward="none", picks_weight=1.0, reward_weights="", mode="reward",
-                 settings=settings)
+    train = dict(picks_folder=name, guard_reward="none", keep_following="off (fixed weight)",
+                 picks_weight=1.0, reward_weights="", mode="reward", settings=settings)
     TreeRPOTrainFromPicks.validate_inputs(**train)
     with torch.inference_mode():
         trained, _, run, lora = TreeRPOTrainFromPicks.execute(model=base, iterations=1, seed=0, clip=clip,

@@ -528,3 +528,43 @@ def test_gpu_smoke_fails_loudly(capsys: pytest.CaptureFixture[str], monkeypatch:
                         lambda images, prompts: {"reward": torch.full((images.shape[0],), float("nan"))})
     assert smoke.main(["--tiny", "--models", "flux"]) == 1
     assert "FAILED model=flux" in capsys.readouterr().out
+
+
+def test_gpu_smoke_measures_the_flux_pick_template_tiny_on_cpu(tmp_path: Path) -> None:
+    """``--template flux_pick_fp8 --tiny``: the picks template on tiny random weights in ComfyUI, through
+    every stage (files, sampling with the training node refused for want of picks, the scripted picks,
+    training, before/after images), one RESULT line each and one for the run; the files are where its
+    loaders and weight widgets name them. The GPU run (``bash scripts/gpu_smoke.sh --template
+    flux_pick_fp8``) is the same code at the real shapes. ComfyUI runs in a subprocess (global state)."""
+    import os
+    import subprocess
+
+    from comfyui_server import require_comfyui
+
+    root = require_comfyui()
+    env = {**os.environ, "TREERPO_COMFYUI": str(root), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, str(ROOT / "scripts" / "gpu_smoke.py"), "--template", "flux_pick_fp8",
+               "--tiny", "--work", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stages = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            fields = dict(item.split("=", 1) for item in line.split()[1:])
+            assert fields["template"] == "flux_pick_fp8"
+            stages[fields["stage"]] = fields
+    assert list(stages) == ["files", "sample", "pick", "train", "compare", "all"], done.stdout
+    assert stages["sample"]["trees"] == stages["pick"]["trees"] == "1"
+    assert stages["train"]["iterations"] == "1"
+    assert all(float(s["seconds"]) > 0 for s in stages.values())
+    assert float(stages["all"]["peak_gib"]) > 0 and stages["all"]["peak_mem_source"] == "cpu_peak_rss"
+    refused = [line for line in done.stdout.splitlines() if "refused at validation" in line]
+    assert len(refused) == 1 and "stage sample: node 7" in refused[0] and "no picks folder" in refused[0]
+    models = tmp_path / "models"
+    for name in ("diffusion_models/flux1-dev.safetensors", "text_encoders/t5xxl_fp8_e4m3fn.safetensors",
+                 "text_encoders/clip_l.safetensors", "vae/ae.safetensors",
+                 "rewards/PickScore_v1/config.json"):
+        assert (models / name).is_file(), name
+    assert list((tmp_path / "output" / "loras").glob("treerpo_flux_taste*.safetensors"))
+    assert done.stdout.splitlines()[-1].endswith("ok")
+    assert load_smoke().main(["--template", "nope", "--tiny"]) == 2

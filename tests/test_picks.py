@@ -22,6 +22,7 @@ from dynamic_treerpo.trainer.rewards.personal import PersonalReward, fit_from_st
 from dynamic_treerpo.trainer.training.factory import make_trainer
 from dynamic_treerpo.trainer.training.from_picks import PicksTrainer, model_id, store_trees
 from dynamic_treerpo.trainer.training.loop import Trainer
+from tests.tiny_models import squares
 
 TREERPO = [sys.executable, "-m", "dynamic_treerpo.trainer"]
 SMALL = ["data.prompts_per_iteration=2", "data.eval_pairs=2", "sampling.eval_steps=3", "tree.steps=5",
@@ -157,16 +158,6 @@ def test_the_model_id_ignores_the_lora_it_trains() -> None:
     assert not a.same_base(ModelId("embedded", "x", "f" * 16))
 
 
-def _squares(count: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """``count`` dark 64x64 pictures with one red square each, of random size and place, and the sizes."""
-    images = torch.full((count, 3, 64, 64), 0.1)
-    sizes = torch.randint(6, 30, (count,), generator=generator)
-    for i, size in enumerate(sizes.tolist()):
-        y, x = torch.randint(0, 64 - size, (2,), generator=generator).tolist()
-        images[i, 0, y:y + size, x:x + size] = 0.9
-    return images, sizes.float()
-
-
 def test_the_personal_reward_learns_a_taste_from_pairs() -> None:
     """A person who likes larger squares (liked 2, disliked 1 of 8): the head fitted on 40 trees' pairs
     orders the pairs of 20 unseen trees as the person would."""
@@ -175,7 +166,7 @@ def test_the_personal_reward_learns_a_taste_from_pairs() -> None:
     generator = torch.Generator().manual_seed(0)
     features, pairs = {}, {}
     for tree in range(60):
-        images, sizes = _squares(8, generator)
+        images, sizes = squares(8, generator)
         order = sizes.argsort(descending=True).tolist()
         features[str(tree)] = pooled_features(images)
         pairs[str(tree)] = tree_pairs(Picks(tuple(order[:2]), tuple(order[-1:])), 8)
@@ -260,31 +251,66 @@ def test_train_command_reads_the_folder(labelled_folder, tmp_path: Path) -> None
     assert (tmp_path / "run" / "lora" / "comfyui_lora.safetensors").is_file()
 
 
-def test_bench_taste_quick_prints_every_figure(tmp_path: Path) -> None:
+def test_bench_taste_quick_measures_two_tastes_against_their_frontier(tmp_path: Path) -> None:
+    """CI's run of ``treerpo bench taste --quick``: larger_objects and lower_objects (which pulls against the
+    prompt), each with the default method under the guard and its oracle frontier."""
     page = tmp_path / "results.md"
-    page.write_text("# Results\n\nthe protocol's figures\n")
-    out = subprocess.run([*TREERPO, "bench", "taste", "--quick", "--seeds", "1", "--out", str(tmp_path),
-                          "--docs", str(page)], capture_output=True, text=True, timeout=900)
+    page.write_text("# Results\n\nthe protocol's figures\n\n<!-- bench taste t, picks 0.2: begin -->\nold\n"
+                    "<!-- bench taste t, picks 0.2: end -->\n")
+    out = subprocess.run([*TREERPO, "bench", "taste", "--quick", "--out", str(tmp_path / "runs"),
+                          "--docs", str(page)], capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stderr[-2000:]
-    summary = json.loads((tmp_path / "taste.json").read_text())
-    assert summary["taste"] == "larger_objects" and summary["trees"] == 6
-    for mode in ("reward", "online"):
-        row = summary["modes"][mode]
-        for key in ("taste_before", "taste_after", "taste_gain_mean", "taste_gain_ci95", "oracle_gain_mean",
-                    "scene_before", "scene_after", "gain_by_trees"):
-            assert key in row, (mode, key)
+    for taste in ("larger_objects", "lower_objects"):
+        summary = json.loads((tmp_path / "runs" / taste / "taste.json").read_text())
+        assert summary["taste"] == taste and summary["trees"] == 6 and summary["complete"]
+        for key in ("seeds", "budget", "oracle_gain_mean", "oracle_gain_ci95", "oracle_scene_after", "modes",
+                    "per_seed", "command"):
+            assert key in summary, key
+        row = summary["modes"]["reward"]
         assert row["taste_after"] == pytest.approx(row["taste_before"] + row["taste_gain_mean"])
-    assert 0.0 <= summary["modes"]["reward"]["held_out_pair_accuracy"]["6"] <= 1.0
-    assert "of the oracle's" in out.stdout
-    assert (tmp_path / "before_after.png").is_file()
+        for n in ("3", "6"):
+            figures = summary["by_trees"][n]
+            for key in ("frontier_gain", "share_of_frontier", "guard_change", "guard_limit", "chosen"):
+                assert key in figures, (n, key)
+            assert figures["guard_limit"] == 0.02 and len(figures["chosen"]) == 2
+            assert all("reason" in c and c["iteration"] in (0, 1, 2) for c in figures["chosen"])
+            frontier = [max(f["gain"] for f in r["frontier"].values()) for r in summary["per_seed"]]
+            assert figures["frontier_gain"]["per_seed"] == pytest.approx(frontier)
+        assert set(summary["per_seed"][0]["frontier"]) == {"0.3", "0.5"}
+        assert f"taste {taste}: seeds [0, 1]; oracle frontier" in out.stdout
+    assert (tmp_path / "runs" / "lower_objects" / "before_after.png").is_file()
     text = page.read_text()
     assert text.startswith("# Results\n\nthe protocol's figures")
-    assert text.count("bench taste larger_objects, picks 0.15: begin") == 1
-    assert "images/taste_larger_objects_0.15.png" in text and "--quick" in text
-    again = subprocess.run([*TREERPO, "bench", "taste", "--report", "--out", str(tmp_path),
-                            "--docs", str(page)], capture_output=True, text=True, timeout=300)
+    assert "picks 0.2: begin" not in text  # an older version's sections go
+    assert text.count("bench taste every taste: begin") == 1
+    assert "images/taste_lower_objects.png" in text and "--quick" in text
+    assert "| lower_objects (against the prompt) | 3 |" in text
+    again = subprocess.run([*TREERPO, "bench", "taste", "--quick", "--report", "--out",
+                            str(tmp_path / "runs"), "--docs", str(page)], capture_output=True, text=True,
+                           timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert page.read_text() == text  # the section is replaced, not appended again
+
+
+def test_the_linear_head_learns_a_size_taste_from_few_trees() -> None:
+    """``picks.head: linear`` (the default) and ``mlp`` both order a size taste they were not shown."""
+    from dynamic_treerpo.trainer.rewards.personal import FitConfig, fit_any, pair_accuracy, pooled_features
+
+    gen = torch.Generator().manual_seed(3)
+    feats, pairs, held_feats, held_pairs = {}, {}, {}, {}
+    for k in range(12):
+        images, sizes = squares(8, gen)
+        order = sizes.argsort(descending=True).tolist()
+        target = (feats, pairs) if k < 8 else (held_feats, held_pairs)
+        target[0][str(k)] = pooled_features(images)
+        target[1][str(k)] = tree_pairs(Picks(tuple(order[:2]), tuple(order[-1:])), 8)
+    for head in ("linear", "mlp"):
+        model = fit_any(feats, pairs, FitConfig(head=head))
+        assert pair_accuracy(model, held_feats, held_pairs) > 0.8, head
+    with pytest.raises(ValueError, match="unknown personal-reward head"):
+        fit_any(feats, pairs, FitConfig(head="forest"))
+    with pytest.raises(ValueError, match=r"picks\.head: expected one of .linear., .mlp., got .forest."):
+        _small("picks.head=forest")
 
 
 def test_the_protocol_page_keeps_the_taste_section(tmp_path: Path) -> None:
@@ -312,7 +338,7 @@ def test_a_clip_backbone_for_real_models(tmp_path: Path) -> None:
     from tests.tiny_models import tiny_clip_reward
 
     features = backbone("pickscore", str(tiny_clip_reward(tmp_path / "clip")))
-    images, sizes = _squares(6, torch.Generator().manual_seed(1))
+    images, sizes = squares(6, torch.Generator().manual_seed(1))
     feats = features(images)
     assert feats.shape[0] == 6 and torch.allclose(feats.norm(dim=-1), torch.ones(6), atol=1e-5)
     order = sizes.argsort(descending=True).tolist()
@@ -344,14 +370,6 @@ def test_a_guard_of_the_backbone_s_clip_builds_it_once(labelled_folder, tmp_path
     other = str(tiny_clip_reward(tmp_path / "other", seed=2))
     build_reward(_small(*picks, "reward=picks:0.85,pickscore:0.15", f"reward_weights.pickscore={other}"))
     assert len(built) == 3
-
-
-def test_online_bench_lands_on_every_checkpoint() -> None:
-    from dynamic_treerpo.trainer.bench.taste import tree_counts
-
-    counts = tree_counts([25, 50, 100, 200], 8)
-    totals = [sum(counts[: i + 1]) for i in range(len(counts))]
-    assert {25, 50, 100, 200} <= set(totals) and totals[-1] == 200 and max(counts) == 8
 
 
 def test_the_fingerprint_does_not_depend_on_threads() -> None:

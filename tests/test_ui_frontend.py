@@ -6,9 +6,10 @@ fitted to the view; then the template browser is opened on this pack's category 
 pack's workflows, each with its thumbnail loaded, its title and description) and photographed, and every
 workflow is opened from its card: every node must then be whole in the window, not under a menu. A second
 test runs two workflows from the page (``--run-previews``), photographs the live previews their nodes show
-mid-run, and, once Best of Tree has run, its leaves and scores drawn on the node by the pack's web
-extension. The PNGs stay in pytest's temporary folder (the last three runs are kept): the tests print
-where, so that a person can look at them.
+mid-run, and, once Best of Tree has run, its leaves and scores shown on the node by the pack's web
+extension; it runs in both of the frontend's node views, the classic canvas and "Nodes 2.0" (Vue
+components: ``--vue-nodes``). The PNGs stay in pytest's temporary folder (the last three runs are kept):
+the tests print where, so that a person can look at them.
 
 Needs a Chromium (``make test`` installs Debian's ``chromium-headless-shell`` when it runs as root,
 as CI does) and Playwright for Python (the ``test`` extra), which drives it; skipped without either.
@@ -99,16 +100,20 @@ def test_ui_workflows_and_templates_in_the_real_frontend(tmp_path: Path, capsys)
         assert_shows_something(shots / name)
 
 
-def test_live_previews_in_the_real_frontend(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("view", ["classic", "nodes2"])
+def test_live_previews_in_the_real_frontend(view: str, tmp_path: Path, capsys) -> None:
     """The live previews, photographed in the page while the workflows run (``--run-previews``): the
     reward curve and progress text of TreeRPO Train LoRA (steps) in train_embedded (interrupted from
     iteration 3 on), and the branches of TreeRPO Best of Tree, side by side, in best_of_tree (100
-    steps). A test of its own, which ``-k 'not live_previews'`` leaves out: about 35 s on two idle
-    cores, but 3 minutes and more on busy ones (the runs share the CPU with whatever else runs)."""
+    steps), then its scores; in the classic node view and in "Nodes 2.0" (``--vue-nodes``). A test of its
+    own, which ``-k 'not live_previews'`` leaves out: about 35 s a view on two idle cores, but 3 minutes
+    and more on busy ones (the runs share the CPU with whatever else runs)."""
     shots = tmp_path / "screenshots"
     names = ["train_embedded", "best_of_tree"]
     files = [str(API_TO_UI.ui_path(REPO / "workflows" / "api" / f"{n}.api.json")) for n in names]
-    output = run_script([*files, "--run-previews"], shots, capsys)
+    vue = ["--vue-nodes"] if view == "nodes2" else []
+    output = run_script([*files, "--run-previews", *vue], shots, capsys)
+    assert f"frontend ready ({'Nodes 2.0' if view == 'nodes2' else 'classic'} node view)" in output, output
     scores = {"scores_best_of_tree.png", "scores_best_of_tree_grid.png"}
     assert {p.name for p in shots.iterdir()} == ({f"{n}.png" for n in names} | {f"run_{n}.png" for n in names}
                                                  | scores), output
@@ -127,6 +132,6 @@ def test_live_previews_in_the_real_frontend(tmp_path: Path, capsys) -> None:
     assert "run success" in tree, tree
     # then Best of Tree shows its leaves with their scores and the best one (web/best_of_tree.js)
     assert re.search(r"after the run the node shows 8 leaves with their scores, leaf \d framed as the best "
-                     r"\(\d\.\d{4}\), 8 previews loaded", tree), tree
+                     r"\(\d\.\d{4}\), 8 previews loaded, the grid \d+x\d+ inside the node", tree), tree
     for name in sorted(scores):
         assert_shows_something(shots / name)

@@ -40,18 +40,26 @@ NODE_LABELS = _script("node_labels")
 
 WORKFLOWS = REPO / "workflows"
 NAMES = ("train_embedded", "sample_and_score", "best_of_tree", "flux_dev_template", "flux_dev_train",
-         "qwen_image_train", "pick_and_train")
+         "qwen_image_train", "pick_and_train", "flux_dev_train_fp8", "flux_pick_fp8")
 FLUX_FILES = {"flux1-dev.safetensors", "clip_l.safetensors", "t5xxl_fp16.safetensors", "ae.safetensors",
               "HPS_v2.1_compressed.pt"}
 QWEN_FILES = {"qwen_image_fp8_e4m3fn.safetensors", "qwen_2.5_vl_7b_fp8_scaled.safetensors",
               "qwen_image_vae.safetensors", "HPS_v2.1_compressed.pt"}
+# the 24 GB templates: FLUX.1-dev kept in fp8 by UNETLoader, T5-XXL in fp8; the picks one guards with
+# PickScore
+FLUX_FP8_FILES = {"flux1-dev.safetensors", "clip_l.safetensors", "t5xxl_fp8_e4m3fn.safetensors",
+                  "ae.safetensors"}
 TEMPLATE_FILES = {"flux_dev_template": FLUX_FILES, "flux_dev_train": FLUX_FILES,
-                  "qwen_image_train": QWEN_FILES}
+                  "qwen_image_train": QWEN_FILES,
+                  "flux_dev_train_fp8": FLUX_FP8_FILES | {"HPS_v2.1_compressed.pt"},
+                  "flux_pick_fp8": FLUX_FP8_FILES | {"PickScore_v1"}}
+REWARD_FILES = {"HPS_v2.1_compressed.pt", "PickScore_v1"}  # named by a node's weights widget, not a loader
 # how ComfyUI reports a pack node's refusal (raised by validate_inputs so that it is reported once): on the
 # output node itself, or on a node upstream of it
 REFUSED = ("exception_during_validation", "exception_during_inner_validation")
 TEMPLATE_SOURCES = {"flux1-dev.safetensors": "black-forest-labs/FLUX.1-dev",
                     "t5xxl_fp16.safetensors": "comfyanonymous/flux_text_encoders",
+                    "t5xxl_fp8_e4m3fn.safetensors": "comfyanonymous/flux_text_encoders",
                     "qwen_image_fp8_e4m3fn.safetensors": "Comfy-Org/Qwen-Image_ComfyUI",
                     "qwen_2.5_vl_7b_fp8_scaled.safetensors": "Comfy-Org/Qwen-Image_ComfyUI"}
 # image output node -> (file name prefix, image count, image side) of each runnable workflow
@@ -312,7 +320,7 @@ def test_template_is_refused_by_the_server_for_its_missing_files_only(server: Se
 def test_template_loaders_name_their_downloads(object_info: dict, name: str) -> None:
     nodes = ui(name)["nodes"]
     models = {m["name"]: m for n in nodes for m in n["properties"].get("models", [])}
-    assert set(models) == TEMPLATE_FILES[name] - {"HPS_v2.1_compressed.pt"}
+    assert set(models) == TEMPLATE_FILES[name] - REWARD_FILES
     assert all(m["url"].startswith("https://huggingface.co/") and m["url"].endswith(file)
                for file, m in models.items())
     for file, repo in TEMPLATE_SOURCES.items():

@@ -120,3 +120,16 @@ def write_comfy_sd3_files(comfyui: Path, models: Path) -> dict[str, str]:
     if done.returncode != 0:
         raise RuntimeError(f"writing the ComfyUI test models failed: {done.stderr[-2000:]}")
     return dict(SD3_FILES)
+
+
+def squares(count: int, generator: torch.Generator, side: int = 64, sizes: tuple[int, int] = (6, 30)
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` dark ``side``-pixel pictures with one red square each, of a random size in ``sizes``
+    (the upper end excluded) and a random place, and the sizes: a taste for size to learn."""
+    images = torch.full((count, 3, side, side), 0.1)
+    sizes = torch.randint(*sizes, (count,), generator=generator)
+    for i, size in enumerate(sizes.tolist()):
+        y, x = torch.randint(0, side - size, (2,), generator=generator).tolist()
+        images[i, 0, y:y + size, x:x + size] = 0.9
+    return images, sizes.float()
+

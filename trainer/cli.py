@@ -179,33 +179,53 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=_run_bench_report)
     _bench_parser(kinds, "sampler", "tree sampler overhead and training memory at 16 and 64 leaves",
                   "runs/sampler", False).set_defaults(func=_run_bench_sampler)
-    t = kinds.add_parser("taste", help="learning a person's taste from picks, with a simulated person",
-                         description="A simulated person labels trees with a hidden taste (likes "
-                                     "2, dislikes 1, 15%% mistakes); the pack learns it from the picks (a "
-                                     "personal reward, and online), against the same budget with the taste "
-                                     "itself as the reward.")
-    t.add_argument("--taste", default="larger_objects",
-                   help="the hidden taste: larger_objects, central_objects, deep_shades, or MODULE:FUNCTION "
-                        "/ FILE.py:FUNCTION ((images, prompts) -> one score per image); default "
-                        "larger_objects")
-    t.add_argument("--trees", type=int, default=None, help="labelled trees (default 200)")
-    t.add_argument("--seeds", type=int, default=None, help="seeds (default 3)")
+    t = kinds.add_parser("taste", help="learning a person's taste from picks under the guard, on "
+                         "every taste, against the oracle frontier (a simulated person)",
+                         description="Per taste and seed: a simulated person labels trees with a hidden "
+                                     "taste (likes 2, dislikes 1, 15%% mistakes); the default method trains "
+                                     "from the first 25, 50 and 100 labelled trees under the guard; the "
+                                     "oracle frontier trains the hidden taste itself at several weights. "
+                                     "out/<taste>/taste.json is written after every seed.")
+    t.add_argument("--tastes", default=None, metavar="NAME,NAME,...",
+                   help="hidden tastes: names of trainer/bench/tastes.py or MODULE:FUNCTION / "
+                        "FILE.py:FUNCTION ((images, prompts) -> one score per image); default "
+                        "larger_objects, central_objects, deep_shades, lower_objects, warm_shades "
+                        "(--quick: larger_objects, lower_objects)")
+    t.add_argument("--trees", type=int, default=None, help="labelled trees (default 100)")
+    t.add_argument("--seeds", type=int, default=None, help="seeds (default 5)")
     t.add_argument("--iterations", type=int, default=None, help="training iterations per run (default 24)")
-    t.add_argument("--mode", choices=("both", "reward", "online"), default="both", help="which modes to run")
     t.add_argument("--at", default=None, metavar="N,N,...",
-                   help="labelled-tree counts to measure the gain at (default 25,50,100,200; always --trees)")
-    t.add_argument("--picks-weight", type=float, default=None,
-                   help="the picks' (and the oracle's taste's) weight against scene, the guard "
-                        "(default 0.15)")
-    t.add_argument("--quick", action="store_true", help="a smoke run (6 trees, 2 seeds, 2 iterations): CI's")
-    t.add_argument("--out", type=Path, default=Path("runs/taste"), help="where taste.json goes")
+                   help="labelled-tree counts to measure at (default 25,50,100; always --trees)")
+    t.add_argument("--keep", choices=("strictly", "closely", "loosely"), default=None,
+                   help="the guard's limit (default closely)")
+    t.add_argument("--quick", action="store_true", help="a smoke run (2 tastes, 6 trees, 2 seeds): CI's")
+    t.add_argument("--out", type=Path, default=Path("runs/taste"), help="where <taste>/taste.json go")
+    t.add_argument("--resume", action="store_true",
+                   help="keep the seeds already in --out and run the rest (the same budget only)")
     t.add_argument("--docs", type=Path, default=None,
                    help="also write the figures as a section of this page (e.g. docs/results.md)")
     t.add_argument("--report", action="store_true",
-                   help="train nothing: summarise --out's taste.json again (and write --docs)")
+                   help="train nothing: summarise --out's taste.json files again (and write --docs)")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="a training option for every run (e.g. tree.depth=3)")
     t.set_defaults(func=_run_bench_taste)
+    k = kinds.add_parser("picking", help="fewer clicks: the personal reward's accuracy by labelled trees, "
+                         "oldest first against the active order, and when to stop (a simulated person, no "
+                         "training)",
+                         description="A pool of base-model trees is grown once; a simulated person (15% "
+                                     "mistakes) labels them oldest first or in the active order, and the "
+                                     "personal reward fitted on 10, 15, 25 and 50 of them is scored against "
+                                     "the hidden taste on held-out trees.")
+    k.add_argument("--tastes", default=None, metavar="NAME,NAME,...",
+                   help="hidden tastes (default larger_objects,central_objects,deep_shades)")
+    k.add_argument("--seeds", type=int, default=None, help="seeds (default 5)")
+    k.add_argument("--candidates", type=int, default=None, help="trees to pick from (default 200)")
+    k.add_argument("--test", type=int, default=None, help="held-out trees scoring the reward (default 40)")
+    k.add_argument("--quick", action="store_true", help="a smoke run (18 trees, 2 seeds, one taste): CI's")
+    k.add_argument("--out", type=Path, default=Path("runs/picking"), help="where picking.json goes")
+    k.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="a sampling option of the grown trees (e.g. tree.depth=3)")
+    k.set_defaults(func=_run_bench_picking)
 
 
 BUDGET_FLAGS = ("seeds", "images", "seconds", "checkpoints", "lrs", "max_extensions", "clock")
@@ -262,30 +282,32 @@ def _run_bench_report(args: argparse.Namespace) -> int:
 def _run_bench_taste(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from .bench.taste import QUICK, QUICK_OVERRIDES, TasteBudget, format_summary, reload, run_taste
+    from .bench.taste import QUICK, QUICK_OVERRIDES, QUICK_TASTES, TASTE_SET, TasteBudget, reload, run_taste
     from .bench.taste_page import write_docs
+    from .bench.taste_summary import format_summary
 
+    default = QUICK_TASTES if args.quick else TASTE_SET
+    tastes = [t.strip() for t in args.tastes.split(",")] if args.tastes else list(default)
+    outs = [args.out / t.rpartition(":")[2] for t in tastes]
+    command = _taste_command(args)
     if args.report:
-        summary = reload(args.out)
+        summaries = [reload(out) for out in outs]
+    else:
+        budget = QUICK if args.quick else TasteBudget()
+        given = (("trees", args.trees), ("seeds", args.seeds), ("iterations", args.iterations),
+                 ("keep", args.keep))
+        changes: dict[str, object] = {k: v for k, v in given if v is not None}
+        if args.at:
+            changes["at"] = tuple(int(n) for n in args.at.split(","))
+        budget = replace(budget, **changes)
+        extra = [*(QUICK_OVERRIDES if args.quick else ()), *args.overrides]
+        summaries = [run_taste(budget, taste, out, extra, command=command, resume=args.resume)
+                     for taste, out in zip(tastes, outs, strict=True)]
+    for summary, out in zip(summaries, outs, strict=True):
         print(format_summary(summary))
-        if args.docs:
-            print(f"written: {write_docs(summary, args.out, args.docs)}")
-        return 0
-    budget = QUICK if args.quick else TasteBudget()
-    given = (("trees", args.trees), ("seeds", args.seeds), ("iterations", args.iterations),
-             ("picks_weight", args.picks_weight))
-    changes = {k: v for k, v in given if v is not None}
-    if args.mode != "both":
-        changes["modes"] = (args.mode,)
-    if args.at:
-        changes["at"] = tuple(int(n) for n in args.at.split(","))
-    budget = replace(budget, **changes)
-    extra = [*(QUICK_OVERRIDES if args.quick else ()), *args.overrides]
-    summary = run_taste(budget, args.taste, args.out, extra, command=_taste_command(args))
-    print(format_summary(summary))
-    print(f"written: {args.out / 'taste.json'}, {args.out / 'before_after.png'}")
+        print(f"written: {out / 'taste.json'}")
     if args.docs:
-        print(f"written: {write_docs(summary, args.out, args.docs)}")
+        print(f"written: {write_docs(summaries, outs, args.docs, command)}")
     return 0
 
 
@@ -293,16 +315,41 @@ def _taste_command(args: argparse.Namespace) -> str:
     """The command line that reproduces this taste run (for the page)."""
     import shlex
 
-    parts = ["treerpo", "bench", "taste", "--taste", args.taste]
-    for flag in ("trees", "seeds", "iterations", "picks_weight"):
+    parts = ["treerpo", "bench", "taste"]
+    for flag in ("tastes", "trees", "seeds", "iterations", "at", "keep"):
         if getattr(args, flag) is not None:
-            parts += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
-    parts += ["--quick"] * args.quick + ["--mode", args.mode] * (args.mode != "both")
-    parts += ["--at", str(args.at)] * bool(args.at)
+            parts += [f"--{flag}", str(getattr(args, flag))]
+    parts += ["--quick"] * args.quick
     for override in args.overrides:
         parts += ["--set", override]
+    if args.out != Path("runs/taste"):
+        parts += ["--out", str(args.out)]
+    parts += ["--resume"] * args.resume + ["--report"] * args.report
     parts += ["--docs", str(args.docs)] * (args.docs is not None)
     return " ".join(shlex.quote(p) for p in parts)
+
+
+def _run_bench_picking(args: argparse.Namespace) -> int:
+    import shlex
+    from dataclasses import replace
+
+    from .bench.picking import QUICK, QUICK_OVERRIDES, PickingBudget, format_summary, run_picking
+
+    budget = QUICK if args.quick else PickingBudget()
+    given = (("seeds", args.seeds), ("candidates", args.candidates), ("test", args.test),
+             ("tastes", tuple(args.tastes.split(",")) if args.tastes else None))
+    budget = replace(budget, **{k: v for k, v in given if v is not None})
+    extra = [*(QUICK_OVERRIDES if args.quick else ()), *args.overrides]
+    parts = ["treerpo", "bench", "picking", *["--quick"] * args.quick]
+    for flag in ("tastes", "seeds", "candidates", "test"):
+        parts += [f"--{flag}", str(getattr(args, flag))] * (getattr(args, flag) is not None)
+    for override in args.overrides:
+        parts += ["--set", override]
+    command = " ".join(shlex.quote(p) for p in parts)
+    summary = run_picking(budget, args.out, extra, command=command)
+    print(format_summary(summary))
+    print(f"written: {args.out / 'picking.json'} ({summary['minutes']:.1f} min)")
+    return 0
 
 
 def _run_bench_sampler(args: argparse.Namespace) -> int:
@@ -310,6 +357,30 @@ def _run_bench_sampler(args: argparse.Namespace) -> int:
 
     print(format_sampler(sampler(args.config, args.overrides, args.out)))
     print(f"written: {args.out / 'sampler.json'}")
+    return 0
+
+
+def _add_take(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("take", help="another checkpoint or LoRA strength of a run trained from picks under "
+                                    "the guard, as LoRA files, without training again",
+                       description="A run trained from picks under the guard kept a checkpoint every few "
+                                   "iterations (RUN/guard: trail.json, trade.png). This writes the LoRA of "
+                                   "one of them, at a strength, in ComfyUI, diffusers and kohya keys.")
+    p.add_argument("run", type=Path, help="the run folder (treerpo train --out)")
+    p.add_argument("--iteration", type=int, default=None,
+                   help="the checkpoint's iteration (the numbers on trade.png; default: the guard's choice)")
+    p.add_argument("--strength", type=float, default=1.0, help="the LoRA's strength, 0 to 2 (default 1)")
+    p.add_argument("--out", type=Path, default=None, help="where the files go (default RUN/taken)")
+    p.set_defaults(func=_run_take)
+
+
+def _run_take(args: argparse.Namespace) -> int:
+    from .training.guarded import take_from_run
+
+    choice, files = take_from_run(args.run, args.iteration, args.strength, args.out or args.run / "taken")
+    print(f"took {choice.reason}")
+    for name, path in files.items():
+        print(f"written: {path} ({name})")
     return 0
 
 
@@ -360,6 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_sample(sub)
     _add_score(sub)
+    _add_take(sub)
     _add_run_workflow(sub)
     _add_bench(sub)
     return parser

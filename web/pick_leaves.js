@@ -7,8 +7,22 @@
 // (shift: dislike), Enter or Space = save and go to the next tree, Left = back, Right = skip, Esc = close the
 // large view. Each save goes to the server at once (nodes/picks_routes.py writes it to disk), so a closed
 // tab or a restarted server loses nothing: the panel reads the folder again when the page loads.
+//
+// When the server's answer names an order (``next_order``: the unlabelled trees, the most useful first), the
+// tree shown first and after each save is the first of that list not labelled yet ("skip" goes on along it);
+// without it, the oldest one not labelled yet. Its ``advice`` (one line, e.g. whether more picks still help)
+// shows under the counters. After each save the folder is read again in the background (one GET of its state,
+// not awaited): the advice and the order follow the new picks, and the tree shown stays where it is.
+//
+// Both node views of the frontend show the panel and the counter: the classic canvas places the DOM widgets
+// over the nodes, and "Nodes 2.0" (the setting Comfy.VueNodes.Enabled) mounts each DOM widget in the node's
+// own element. Nodes 2.0 (frontend 1.32.9) draws a node's widgets as they were when the node was added to the
+// graph once any widget value has changed, so the widgets are added when the node is created, empty, and
+// filled later; there the node is widened through its own CSS size (as its resize handle does) and the
+// nodes around it are moved through the canvas's layout store (repositionNodesVueMode).
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
+import { addStyle, element } from "./dom.js";
 
 const SAMPLE_NODE = "TreeRPOSampleToPick";
 const TRAIN_NODE = "TreeRPOTrainFromPicks";
@@ -18,14 +32,22 @@ const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;  // nodes/picks_folders.py: a 
 const GAP = 8;
 const PANEL_WIDTH = 640;  // the sampling node's width with its panel: four leaves of about 145 px a row
 const CHROME = 150;  // the panel's lines above and below the grid, in pixels
+const ADVICE = 22;  // the advice line under the panel's counter, when the server gives one
+const STATUS_HEIGHT = 30;  // the training node's counter line (and as much again for its advice)
+// (contain: inline-size: the panel and the counter take the node's width, and long lines never widen the
+// node in Nodes 2.0, which lays a widget out by its content)
 const STYLE = `
 .treerpo-picker { box-sizing: border-box; display: flex; flex-direction: column; gap: 6px; padding: 6px 8px;
   color: #ddd; font: 13px sans-serif; background: #1c1c1c; border-radius: 6px; outline: none;
-  overflow: hidden; height: 100%; }
+  overflow: hidden; height: 100%; contain: inline-size; }
 .treerpo-picker:focus { box-shadow: 0 0 0 2px #7aa2f7 inset; }
 .treerpo-picker .tp-head { display: flex; justify-content: space-between; gap: 10px; align-items: baseline; }
 .treerpo-picker .tp-count { font-weight: bold; white-space: nowrap; }
 .treerpo-picker .tp-prompt { color: #bbb; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.treerpo-advice { color: #9ca3af; font-size: 12px; overflow: hidden; text-overflow: ellipsis;
+  white-space: nowrap; }
+.treerpo-advice.more { color: #fbbf24; }
+.treerpo-advice.enough { color: #4ade80; }
 .treerpo-picker .tp-grid { display: grid; gap: ${GAP}px; justify-content: center; }
 .treerpo-picker .tp-cell { position: relative; cursor: pointer; border: 3px solid #444; border-radius: 4px;
   background: #111; user-select: none; }
@@ -57,27 +79,13 @@ const STYLE = `
   display: flex; align-items: center; justify-content: center; }
 .treerpo-overlay .treerpo-picker { width: min(96vw, 1500px); height: 94vh; font-size: 15px; }
 .treerpo-overlay .tp-grid { flex: 1; align-content: center; }
-.treerpo-status { box-sizing: border-box; display: flex; gap: 8px; align-items: center; padding: 2px 4px;
-  color: #ddd; font: 12px sans-serif; height: 100%; }
-.treerpo-status span { flex: 1; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.treerpo-status { box-sizing: border-box; display: flex; flex-direction: column; justify-content: center;
+  padding: 2px 4px; color: #ddd; font: 12px sans-serif; height: 100%; min-height: 26px; contain: inline-size; }
+.treerpo-status .tp-row { display: flex; gap: 8px; align-items: center; }
+.treerpo-status .tp-row span { flex: 1; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .treerpo-status button { padding: 3px 10px; border: 1px solid #555; border-radius: 4px; background: #2a2a2a;
   color: #ddd; cursor: pointer; }
 `;
-
-function addStyle() {
-  if (document.getElementById("treerpo-pick-style")) return;
-  const style = document.createElement("style");
-  style.id = "treerpo-pick-style";
-  style.textContent = STYLE;
-  document.head.appendChild(style);
-}
-
-function element(tag, className, text) {
-  const el = document.createElement(tag);
-  if (className) el.className = className;
-  if (text !== undefined) el.textContent = text;
-  return el;
-}
 
 /** Columns of a tree's grid: all in one row up to four leaves, four up to eight, then about square. */
 function columnsFor(leaves) {
@@ -95,6 +103,10 @@ class Picker {
     this.message = "";
     this.kind = "";  // "", "error" or "done"
     this.saving = false;
+    this.reviewing = false;  // the tree shown was reached with "back": a read of the folder keeps it
+    this.generation = 0;  // counts saves begun and ended: an answer read across one is read again
+    this.order = null;  // the server's next_order, as tree indices; null: oldest first
+    this.advice = null;  // the server's advice: {text, more_helps}; null: none
     this.listeners = new Set();
   }
 
@@ -115,24 +127,51 @@ class Picker {
   }
 
   async read() {
-    const reply = await api.fetchApi(this.url("/state"));
-    const body = await reply.json();
-    if (!reply.ok) throw new Error(body.error ?? `HTTP ${reply.status}`);
+    let body, generation;
+    do {  // an answer that a save overtook may not hold that save: asked again
+      generation = this.generation;
+      const reply = await api.fetchApi(this.url("/state"));
+      body = await reply.json();
+      if (!reply.ok) throw new Error(body.error ?? `HTTP ${reply.status}`);
+    } while (generation !== this.generation);
     const current = this.tree?.id;
+    const hadAdvice = Boolean(this.advice);
     this.trees = body.trees;
+    this.order = orderOf(body.next_order, this.trees);
+    this.advice = adviceOf(body.advice);
     for (const tree of this.trees) {
       if (!this.marks.has(tree.id) || tree.labelled) {
         this.marks.set(tree.id, { liked: new Set(tree.liked), disliked: new Set(tree.disliked) });
       }
     }
     const kept = this.trees.findIndex((t) => t.id === current);
-    if (kept >= 0 && !this.trees[kept].labelled) this.index = kept;
+    if (kept >= 0 && (!this.trees[kept].labelled || this.reviewing)) this.index = kept;
     else this.goTo(this.nextUnlabelled(-1), false);
+    const boxes = hadAdvice !== Boolean(this.advice) ? boxesShowing(this) : null;
     this.emit();
+    if (boxes) refit(this, boxes);  // the advice line came or went: the nodes showing it resized
   }
 
-  /** The first unlabelled tree after ``from``, wrapping around; -1 when every tree is labelled. */
+  /** After a save: the folder read again in the background, so that the advice and the order follow the
+   * new picks (the route answers in well under a second); nothing waits for it. */
+  refreshSoon() {
+    this.refresh().catch((err) => console.warn(`TreeRPO picks: ${err.message ?? err}`));
+  }
+
+  /** The first unlabelled tree after ``from``, wrapping around; -1 when every tree is labelled. With the
+   * server's order, in that order (the unlabelled trees it leaves out after it, oldest first): its first
+   * tree not labelled yet for ``from`` -1, else the next one after ``from`` (skip). */
   nextUnlabelled(from) {
+    if (this.order) {
+      const rest = this.trees.map((_, i) => i).filter((i) => !this.order.includes(i));
+      const order = [...this.order, ...rest].filter((i) => !this.trees[i].labelled || i === from);
+      const at = order.indexOf(from);
+      for (let k = 1; k <= order.length; k++) {
+        const i = order[(at + k) % order.length];
+        if (!this.trees[i].labelled) return i;
+      }
+      return -1;
+    }
     for (let k = 1; k <= this.trees.length; k++) {
       const i = (from + k + this.trees.length) % this.trees.length;
       if (!this.trees[i].labelled) return i;
@@ -141,6 +180,7 @@ class Picker {
   }
 
   goTo(index, remember = true) {
+    this.reviewing = false;
     if (remember && this.index >= 0 && index !== this.index) this.visited.push(this.index);
     if (index < 0) {
       this.index = this.trees.length ? Math.max(this.index, 0) : -1;
@@ -170,6 +210,8 @@ class Picker {
     if (!tree || this.saving) return;
     const marks = this.marks.get(tree.id);
     this.saving = true;
+    this.generation += 1;
+    let saved = false;
     try {
       const reply = await api.fetchApi(this.url(`/${tree.id}`), {
         method: "POST", headers: { "Content-Type": "application/json" },
@@ -181,15 +223,21 @@ class Picker {
         this.say(`Not saved: ${body.error ?? `HTTP ${reply.status}`}`, "error");
         return;
       }
-      Object.assign(tree, { labelled: true, liked: body.liked, disliked: body.disliked });
-      this.goTo(this.nextUnlabelled(this.index));
+      // (the folder may have been read again meanwhile: its own record of this tree)
+      const record = this.trees.find((t) => t.id === tree.id) ?? tree;
+      Object.assign(record, { labelled: true, liked: body.liked, disliked: body.disliked });
+      saved = true;
+      // next: the first of the server's order not labelled yet, else the next oldest after this one
+      this.goTo(this.nextUnlabelled(this.order ? -1 : this.index));
       if (this.kind !== "done") this.say(`Saved (${body.labelled} of ${body.total}).`);
     } catch (err) {
       this.say(`Not saved: ${err.message ?? err}`, "error");
     } finally {
       this.saving = false;
+      this.generation += 1;
       this.emit();
       app.graph?.setDirtyCanvas(true, true);
+      if (saved) this.refreshSoon();
     }
   }
 
@@ -203,6 +251,7 @@ class Picker {
   back() {
     if (!this.visited.length) return;
     this.index = this.visited.pop();
+    this.reviewing = true;
     this.say(this.tree.labelled ? "Labelled before: change the marks and save again (the newest save counts)."
       : "");
     this.emit();
@@ -219,6 +268,29 @@ class Picker {
   }
 }
 
+/** The server's ``next_order`` (tree ids) as indices into ``trees``, unknown ids left out; null when it
+ * gives none (an older server), so that the panel keeps its oldest-first rule. */
+function orderOf(ids, trees) {
+  if (!Array.isArray(ids)) return null;
+  const index = new Map(trees.map((tree, i) => [tree.id, i]));
+  return [...new Set(ids.filter((id) => index.has(id)).map((id) => index.get(id)))];
+}
+
+/** The server's ``advice`` ({text: one line, more_helps: true, false or null}), or null without a line. */
+function adviceOf(advice) {
+  const text = typeof advice?.text === "string" ? advice.text.trim() : "";
+  if (!text) return null;
+  return { text, more: typeof advice.more_helps === "boolean" ? advice.more_helps : null };
+}
+
+/** Show ``advice`` (or nothing) in the line ``el``: amber while more picks help, green once they do not. */
+function showAdvice(el, advice) {
+  el.textContent = advice?.text ?? "";
+  el.title = advice?.text ?? "";
+  el.className = `treerpo-advice ${advice?.more === true ? "more" : advice?.more === false ? "enough" : ""}`;
+  el.style.display = advice ? "" : "none";
+}
+
 const pickers = new Map();  // folder name -> Picker
 
 function pickerFor(folder) {
@@ -226,9 +298,10 @@ function pickerFor(folder) {
   return pickers.get(folder);
 }
 
-/** The panel: a view of a Picker drawn into ``root``, sized by ``size()`` ([width, height] for the grid). */
+/** The panel: a view of a Picker drawn into ``root``, sized by ``size()`` ([width, height] for the grid);
+ * with ``observe``, drawn again whenever the panel's width changes (the node resized, or the view switched). */
 class PickerView {
-  constructor(picker, size, { large = false, onClose = null } = {}) {
+  constructor(picker, size, { large = false, onClose = null, observe = false } = {}) {
     this.picker = picker;
     this.size = size;
     this.root = element("div", "treerpo-picker");
@@ -237,6 +310,7 @@ class PickerView {
     this.count = element("span", "tp-count");
     this.prompt = element("span", "tp-prompt");
     this.head.append(this.count, this.prompt);
+    this.advice = element("div", "treerpo-advice");
     this.grid = element("div", "tp-grid");
     this.msg = element("div", "tp-msg");
     const bar = element("div", "tp-bar");
@@ -247,7 +321,7 @@ class PickerView {
     bar.append(this.backButton, this.skipButton, this.saveButton, this.sizeButton);
     const help = element("div", "tp-help", "click: like · shift-click or right-click: dislike · keys 1-9 "
       + "(shift: dislike) · Enter or Space: save and next · ← back · → skip");
-    this.root.append(this.head, this.grid, this.msg, bar, help);
+    this.root.append(this.head, this.advice, this.grid, this.msg, bar, help);
     this.backButton.onclick = () => picker.back();
     this.skipButton.onclick = () => picker.skip();
     this.saveButton.onclick = () => picker.save();
@@ -264,14 +338,28 @@ class PickerView {
     this.root.addEventListener("contextmenu", (event) => { event.preventDefault(); event.stopPropagation(); });
     this.render = this.render.bind(this);
     picker.listeners.add(this.render);
+    if (observe && typeof ResizeObserver === "function") {
+      let width = -1;
+      this.observer = new ResizeObserver(() => {
+        if (this.root.clientWidth && this.root.clientWidth !== width) {
+          width = this.root.clientWidth;
+          this.render();
+        }
+      });
+      this.observer.observe(this.root);
+    }
   }
 
-  dispose() { this.picker.listeners.delete(this.render); }
+  dispose() {
+    this.picker.listeners.delete(this.render);
+    this.observer?.disconnect();
+  }
 
   render() {
     const picker = this.picker;
     const tree = picker.tree;
     this.count.textContent = `${picker.labelled} labelled of ${picker.trees.length} trees`;
+    showAdvice(this.advice, picker.advice);
     this.prompt.textContent = tree ? `tree ${picker.index + 1}: “${tree.prompt}”` : "";
     this.prompt.title = tree?.prompt ?? "";
     this.msg.textContent = picker.message;
@@ -334,7 +422,8 @@ class PickerView {
 function openLarge(picker) {
   const overlay = element("div", "treerpo-overlay");
   const view = new PickerView(picker, () => [Math.min(window.innerWidth * 0.96, 1500) - 24,
-                                             window.innerHeight * 0.94 - CHROME - 20],
+                                             window.innerHeight * 0.94 - CHROME - 20
+                                               - (picker.advice ? ADVICE : 0)],
                               { large: true, onClose: close });
   function close() {
     view.dispose();
@@ -358,31 +447,158 @@ function folderName(node) {
   return NAME.test(name) && !name.includes("..") ? name : null;
 }
 
-/** Grow ``node`` so that its widgets (the panel among them) fit, and move the nodes right of it right and
- * those below it down by as much as it grew, so that the panel hides none of them. */
-function fit(node, width) {
+/** Whether the frontend draws nodes as Vue components ("Nodes 2.0") rather than on the canvas. */
+function vueNodes() {
+  return Boolean(globalThis.LiteGraph?.vueNodesMode);
+}
+
+/** The node's own element in Nodes 2.0 (null in the classic view, or while it is not drawn). */
+function nodeElement(node) {
+  if (!vueNodes()) return null;
+  return document.querySelector(`.lg-node[data-node-id="${CSS.escape(String(node.id))}"]`);
+}
+
+/** The node's size as the view draws it, below its title: [width, height] in graph units. */
+function boxOf(node) {
+  const el = nodeElement(node);
+  if (!el) return [...node.size];
+  return [el.offsetWidth, el.offsetHeight - (globalThis.LiteGraph?.NODE_TITLE_HEIGHT ?? 30)];
+}
+
+const nextFrame = () => new Promise((resolve) => requestAnimationFrame(() => resolve()));
+
+/** The node's element in Nodes 2.0 once the view has drawn it (a workflow just loaded: a few frames
+ * later); null in the classic view, or when it does not come. */
+async function drawnElement(node) {
+  for (let frame = 0; vueNodes() && frame < 60; frame++) {
+    const el = nodeElement(node);
+    if (el) return el;
+    await nextFrame();
+  }
+  return null;
+}
+
+/** Grow ``node`` to ``width`` with its widgets (the panel among them) fitted, and move the nodes right of it
+ * right and those below it down by as much as it grew (``before``: its box before the change), or further
+ * when one of them would still lie under it, so that the panel hides none of them. ``shrink``: its height
+ * may also fall to what its widgets need. In Nodes 2.0 the node's element sets its size: it is widened as
+ * its resize handle does (its CSS width; the frontend then reads the size back), and the others are moved
+ * through the canvas's layout store. */
+async function fit(node, width, before = boxOf(node), shrink = true) {
+  const el = await drawnElement(node);
+  if (vueNodes() && !el) return;  // not drawn (another graph shown): the view sizes it when it draws it
   const [x, y] = node.pos;
-  const [oldWidth, oldHeight] = node.size;
-  node.setSize([width, node.size[1]]);  // first the width: the panel's height follows from it
-  node.setSize([width, node.computeSize()[1]]);
-  const [dx, dy] = [node.size[0] - oldWidth, node.size[1] - oldHeight];
-  for (const other of node.graph?.nodes ?? []) {
-    if (other === node) continue;
-    if (dx > 0 && other.pos[0] >= x + oldWidth) other.pos[0] += dx;
-    else if (dy > 0 && other.pos[1] >= y + oldHeight && other.pos[0] < x + oldWidth
-             && other.pos[0] + other.size[0] > x) other.pos[1] += dy;
+  if (el) {
+    if (el.offsetWidth < width) el.style.setProperty("--node-width", `${width}px`);
+    await nextFrame();  // the element's new layout, read back by the frontend's ResizeObserver
+    await nextFrame();
+  } else {
+    node.setSize([width, node.size[1]]);  // first the width: the panel's height follows from it
+    const height = node.computeSize()[1];
+    node.setSize([width, shrink ? height : Math.max(height, node.size[1])]);
+  }
+  const after = boxOf(node);
+  const title = globalThis.LiteGraph?.NODE_TITLE_HEIGHT ?? 30;
+  const others = (node.graph?.nodes ?? []).filter((other) => other !== node);
+  // right of it: starting right of its middle; below it: starting below its middle, across its width
+  const right = others.filter((other) => other.pos[0] > x + before[0] / 2);
+  const below = others.filter((other) => !right.includes(other) && other.pos[1] > y + before[1] / 2
+                                         && other.pos[0] < x + after[0] && other.pos[0] + other.size[0] > x);
+  const beside = right.filter((other) => other.pos[1] - title < y + after[1]
+                                         && other.pos[1] + other.size[1] > y);
+  const dx = Math.max(0, after[0] - before[0], ...beside.map((other) => x + after[0] + 10 - other.pos[0]));
+  const dy = Math.max(0, after[1] - before[1],
+                      ...below.map((other) => y + after[1] + title + 10 - other.pos[1]));
+  const moves = [...(dx > 0 ? right.map((other) => [other, other.pos[0] + dx, other.pos[1]]) : []),
+                 ...(dy > 0 ? below.map((other) => [other, other.pos[0], other.pos[1] + dy]) : [])];
+  if (el && moves.length && app.canvas?.repositionNodesVueMode) {
+    app.canvas.repositionNodesVueMode(moves.map(([other, nx, ny]) => ({ node: other,
+                                                                      newPos: { x: nx, y: ny } })));
+  } else {
+    for (const [other, nx, ny] of moves) other.pos = [nx, ny];
   }
   node.setDirtyCanvas(true, true);
 }
 
-/** The grid's room on the sampling node: the node's width, and rows of square cells. */
+/** The nodes showing ``picker`` (its panel, or its counter) with their boxes now: before the advice line
+ * comes or goes. */
+function boxesShowing(picker) {
+  return (app.graph?.nodes ?? []).filter((node) => node.treerpoPanel?.picker === picker
+                                                  || node.treerpoStatus?.picker === picker)
+    .map((node) => [node, boxOf(node)]);
+}
+
+/** The nodes of ``boxes`` ([node, box before]) fitted to the panel or counter ``picker`` now draws. */
+function refit(picker, boxes) {
+  for (const [node, before] of boxes) {
+    if (node.treerpoPanel?.picker === picker) fit(node, Math.max(boxOf(node)[0], PANEL_WIDTH), before);
+    const status = node.treerpoStatus;
+    if (status?.picker === picker) {
+      const lines = picker.advice ? 2 : 1;
+      if (lines > status.lines) {
+        status.lines = lines;
+        fit(node, boxOf(node)[0], before, false);
+      }
+    }
+  }
+}
+
+/** The panel's width on the sampling node: the widget's element as the view lays it out (Nodes 2.0), or
+ * the node's width less the DOM widget's margins (classic: the frontend sizes the element from it). */
+function panelWidth(node) {
+  const element = node.treerpoPanel?.widget.element;
+  return vueNodes() && element?.clientWidth ? element.clientWidth : node.size[0] - 20;
+}
+
+/** The grid's room on the sampling node: the panel's width, and rows of square cells. */
 function panelHeight(node, picker) {
   const tree = picker.tree;
-  if (!tree) return CHROME;
+  const chrome = CHROME + (picker.advice ? ADVICE : 0);
+  if (!tree) return chrome;
   const cols = columnsFor(tree.leaves);
-  const width = node.size[0] - 36;
+  const width = panelWidth(node) - 16;
   const cell = Math.floor((width - (cols - 1) * GAP) / cols);
-  return CHROME + Math.ceil(tree.leaves / cols) * (cell + GAP);
+  return chrome + Math.ceil(tree.leaves / cols) * (cell + GAP);
+}
+
+/** The node's DOM widget ``name``, added now when it has none: empty (no height) until it is filled. Added
+ * when the node is created, so that both node views show it (see the top of this file). ``height()``: its
+ * height in the classic view, ``margin`` (each side) included. */
+function domWidget(node, name, type, height, margin = 10) {
+  let widget = node.widgets?.find((w) => w.name === name);
+  if (widget) return widget;
+  const holder = element("div");
+  holder.style.height = "100%";
+  holder.style.display = "none";
+  widget = node.addDOMWidget(name, type, holder, {
+    serialize: false, hideOnZoom: false, margin, getMinHeight: height, getMaxHeight: height,
+  });
+  widget.serialize = false;
+  widget.options.serialize = false;
+  return widget;
+}
+
+function panelWidget(node) {
+  return domWidget(node, PANEL, "treerpo.picker",
+                   () => (node.treerpoPanel ? panelHeight(node, node.treerpoPanel.picker) : 0));
+}
+
+function statusWidget(node) {
+  const height = () => (node.treerpoStatus
+    ? STATUS_HEIGHT + (node.treerpoStatus.picker?.advice ? ADVICE : 0) : 0);
+  return domWidget(node, STATUS, "treerpo.picks_status", height, 2);
+}
+
+/** The counter above the training node's own lines (its progress and the guard's line, added by
+ * web/training_nodes.js), whichever extension added its widgets first: the guard's line then sits right
+ * above the images it speaks of, in both views. */
+function statusFirst(node, widget) {
+  const widgets = node.widgets ?? [];
+  const at = widgets.indexOf(widget);
+  const first = widgets.findIndex((w) => ["treerpo_progress_text", "treerpo_guard_line"].includes(w.name));
+  if (at < 0 || first < 0 || first > at) return;
+  widgets.splice(at, 1);
+  widgets.splice(first, 0, widget);
 }
 
 /** The folder's picker with its trees read again from the server; null (and a console line) when the
@@ -398,74 +614,91 @@ async function refreshedPicker(name) {
   return picker;
 }
 
+/** Say once, when Nodes 2.0 draws the node (open, in the graph shown) but did not put its panel on the page,
+ * what to do instead. */
+function checkMounted(node, root, what) {
+  setTimeout(() => {
+    if (!vueNodes() || root.isConnected || checkMounted.said) return;
+    if (node.flags?.collapsed || !nodeElement(node)) return;
+    checkMounted.said = true;
+    const detail = `Nodes 2.0 does not show the ${what} on the node here: switch "Modern Node Design `
+      + "(Nodes 2.0)\" off in Settings (Comfy > Nodes 2.0), then pick on the node.";
+    console.warn(`TreeRPO picks: ${detail}`);
+    app.extensionManager?.toast?.add({ severity: "warn", summary: "TreeRPO picking", detail, life: 15000 });
+  }, 1000);
+}
+
 /** Show the picking panel of the node's folder on the sampling node (once the folder holds trees). */
 async function showPanel(node) {
   const name = folderName(node);
   if (!name) return;
+  await drawnElement(node);
+  const before = boxOf(node);  // before the panel (re)draws
   const picker = await refreshedPicker(name);
   if (!picker) return;
   if (!picker.trees.length && !node.treerpoPanel) return;
+  const widget = panelWidget(node);
   if (node.treerpoPanel?.picker !== picker) {
     node.treerpoPanel?.view.dispose();
-    const view = new PickerView(picker, () => [node.size[0] - 36, panelHeight(node, picker) - CHROME]);
-    let widget = node.widgets?.find((w) => w.name === PANEL);
-    if (widget) {
-      widget.element.replaceChildren(view.root);
-    } else {
-      const holder = element("div");
-      holder.style.height = "100%";
-      holder.append(view.root);
-      widget = node.addDOMWidget(PANEL, "treerpo.picker", holder, {
-        serialize: false, hideOnZoom: false,
-        getMinHeight: () => panelHeight(node, node.treerpoPanel.picker),
-        getMaxHeight: () => panelHeight(node, node.treerpoPanel.picker),
-      });
-      widget.serialize = false;
-      widget.options.serialize = false;
-    }
+    const view = new PickerView(picker, () => [panelWidth(node) - 16, Infinity], { observe: true });
+    widget.element.replaceChildren(view.root);
+    widget.element.style.display = "";
     node.treerpoPanel = { picker, view, widget };
+    checkMounted(node, view.root, "picking panel");
   }
-  fit(node, Math.max(node.size[0], PANEL_WIDTH));
+  node.treerpoPanel.view.render();
+  await fit(node, Math.max(boxOf(node)[0], PANEL_WIDTH), before);
   node.treerpoPanel.view.render();  // at the node's new width
   for (const other of node.graph?.nodes ?? []) {  // a training node of this folder: its counter
     if (other.type === TRAIN_NODE && folderName(other) === name) showStatus(other);
   }
 }
 
-/** The train node's line: how many trees of its folder are labelled, and a button to pick more. */
+/** The train node's line: how many trees of its folder are labelled, the server's advice under it, and a
+ * button to pick more. */
 async function showStatus(node) {
   const name = folderName(node);
-  let widget = node.widgets?.find((w) => w.name === STATUS);
-  if (!name) { if (widget) widget.element.firstChild.textContent = ""; return; }
+  const widget = statusWidget(node);
+  if (!name) {
+    if (node.treerpoStatus) node.treerpoStatus.text.textContent = "";
+    return;
+  }
+  await drawnElement(node);
+  const before = boxOf(node);
   const picker = await refreshedPicker(name);
   if (!picker) return;
-  // another call may have added the line while this one waited (created, then configured): use it
-  widget = node.widgets?.find((w) => w.name === STATUS);
-  if (!picker.trees.length && !widget) return;
-  if (!widget) {
-    const row = element("div", "treerpo-status");
+  if (!picker.trees.length && !node.treerpoStatus) return;
+  let status = node.treerpoStatus;
+  if (!status) {  // the first folder with trees: the line, once (another call may have made it meanwhile)
+    const box = element("div", "treerpo-status");
+    const row = element("div", "tp-row");
     const text = element("span");
     const button = element("button", "", "pick ⤢");
     button.onclick = () => node.treerpoStatus?.picker.trees.length && openLarge(node.treerpoStatus.picker);
     row.append(text, button);
-    widget = node.addDOMWidget(STATUS, "treerpo.picks_status", row, {
-      serialize: false, hideOnZoom: false, getMinHeight: () => 30, getMaxHeight: () => 30,
-    });
-    widget.serialize = false;
-    widget.options.serialize = false;
-    fit(node, node.size[0]);
+    const advice = element("div", "treerpo-advice");
+    box.append(row, advice);
+    widget.element.replaceChildren(box);
+    widget.element.style.display = "";
+    status = node.treerpoStatus = { picker: null, update: null, text, advice, lines: 0 };
   }
-  const update = () => {
-    widget.element.firstChild.textContent = picker.trees.length
-      ? `${picker.labelled} labelled of ${picker.trees.length} trees in ${name}`
-      : `no trees in ${name} yet`;
-  };
-  if (node.treerpoStatus?.picker !== picker) {
-    if (node.treerpoStatus) node.treerpoStatus.picker.listeners.delete(node.treerpoStatus.update);
-    picker.listeners.add(update);
-    node.treerpoStatus = { picker, update };
+  if (status.picker !== picker) {
+    status.picker?.listeners.delete(status.update);
+    status.picker = picker;
+    status.update = () => {
+      status.text.textContent = picker.trees.length
+        ? `${picker.labelled} labelled of ${picker.trees.length} trees in ${name}`
+        : `no trees in ${name} yet`;
+      showAdvice(status.advice, picker.advice);
+    };
+    picker.listeners.add(status.update);
   }
-  update();
+  status.update();
+  const lines = picker.advice ? 2 : 1;
+  if (lines > status.lines) {  // the line appeared, or its advice did: make room
+    status.lines = lines;
+    await fit(node, boxOf(node)[0], before, false);
+  }
 }
 
 function watchFolder(node, show) {
@@ -488,7 +721,7 @@ function showSoon(node, show) {
 app.registerExtension({
   name: "dynamic_treerpo.pick_leaves",
   setup() {
-    addStyle();
+    addStyle("treerpo-pick-style", STYLE);
     // a run may have added trees (sampling) or used the picks (training): read the folders again
     api.addEventListener("execution_success", () => {
       for (const node of app.graph?.nodes ?? []) {
@@ -502,6 +735,8 @@ app.registerExtension({
     const onNodeCreated = nodeType.prototype.onNodeCreated;
     nodeType.prototype.onNodeCreated = function () {
       const result = onNodeCreated?.apply(this, arguments);
+      if (nodeData.name === SAMPLE_NODE) panelWidget(this);  // empty for now: see the top of this file
+      else statusFirst(this, statusWidget(this));
       watchFolder(this, show);
       showSoon(this, show);  // a node added by hand: its folder may hold trees already
       return result;
@@ -515,7 +750,7 @@ app.registerExtension({
     const onRemoved = nodeType.prototype.onRemoved;
     nodeType.prototype.onRemoved = function () {
       this.treerpoPanel?.view.dispose();
-      if (this.treerpoStatus) this.treerpoStatus.picker.listeners.delete(this.treerpoStatus.update);
+      this.treerpoStatus?.picker?.listeners.delete(this.treerpoStatus.update);
       return onRemoved?.apply(this, arguments);
     };
     if (nodeData.name === SAMPLE_NODE) {

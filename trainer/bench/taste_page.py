@@ -7,24 +7,23 @@ and artists look for every measured figure in one place.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..utils.atomic import atomic_write_text
 
-MARK = "<!-- bench taste{key}: {edge} -->"  # one section per taste and picks weight
-HALF_OF_ORACLE = 0.5  # the issue's target: at least half the oracle's gain
-SCENE_FALL = 0.02  # prompt-following must not fall by more
+MARK = "<!-- bench taste{key}: {edge} -->"
+SECTION = "every taste"
+AGAINST_PROMPT = ("lower_objects", "warm_shades")
+"""Tastes written to pull against the prompt (their oracle's scene reward falls as the taste rises)."""
 
 
 def marks(key: str) -> tuple[str, str]:
-    """The begin and end lines of the section of ``key`` (e.g. ``larger_objects, picks 0.25``)."""
+    """The begin and end lines of the section of ``key``."""
     return MARK.format(key=f" {key}", edge="begin"), MARK.format(key=f" {key}", edge="end")
-
-
-def section_key(summary: dict[str, Any]) -> str:
-    return f"{summary['taste']}, picks {summary['budget']['picks_weight']:g}"
 
 
 def sections_of(page: str, key: str | None = None) -> list[str]:
@@ -37,113 +36,161 @@ def sections_of(page: str, key: str | None = None) -> list[str]:
     return [m.group(0) for m in re.finditer(pattern, page, flags=re.S)]
 
 
-def put_section(path: Path, key: str, section: str) -> None:
-    """Replace the section of ``key`` in the page at ``path`` (or append it; or write a new page)."""
+def put_section(path: Path, key: str, section: str, drop_others: bool = False) -> None:
+    """Replace the section of ``key`` in the page at ``path`` (or append it; or write a new page);
+    ``drop_others``: remove every other taste section (those of an older version of the benchmark)."""
     page = path.read_text(encoding="utf-8") if path.exists() else "# Results\n"
+    if drop_others:
+        for old in sections_of(page):
+            if not old.startswith(marks(key)[0]):
+                page = page.replace(old, "").replace("\n\n\n\n", "\n\n")
     old = sections_of(page, key)
     page = page.replace(old[0], section) if old else page.rstrip("\n") + "\n\n" + section + "\n"
     atomic_write_text(path, page)
 
 
-def _ci(mean: float, half: float) -> str:
-    return f"{mean:+.3f} ({mean - half:+.3f} to {mean + half:+.3f})"
+def _ci(e: dict[str, Any], digits: int = 3) -> str:
+    mean, half = e["mean"], e["ci95"]
+    if not math.isfinite(half):
+        return f"{mean:+.{digits}f}"
+    return f"{mean:+.{digits}f} ({mean - half:+.{digits}f} to {mean + half:+.{digits}f})"
 
 
-def verdicts(summary: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """Per mode, the two targets in words: half the oracle's gain, and the scene fall."""
-    out = {}
-    for mode, row in summary["modes"].items():
-        low = row["over_half_oracle_mean"] - row["over_half_oracle_ci95"]
-        high = row["over_half_oracle_mean"] + row["over_half_oracle_ci95"]
-        half = "met" if low > 0 else "not met" if high < 0 else "inconclusive"
-        fall = -row["scene_change_mean"]
-        scene = "held" if fall <= SCENE_FALL else "not held"
-        out[mode] = {"half_oracle": half, "scene": scene}
-    return out
+def taste_rows(summary: dict[str, Any]) -> list[str]:
+    """One table row per tree count of one taste."""
+    rows = []
+    name = summary["taste"] + (" (against the prompt)" if summary["taste"] in AGAINST_PROMPT else "")
+    for n, row in summary["by_trees"].items():
+        target = row.get("target")
+        verdict = f"{target['share']:.0%}: {target['reading']}" if target else ""
+        guard = row["guard_held"]
+        rows.append(
+            f"| {name} | {n} | {_ci(row['taste_gain'])} | {_ci(row['frontier_gain'])} | "
+            f"{row['share_of_frontier']:.0%} | {verdict} | {_ci(row['guard_change'])} | "
+            f"-{row['guard_limit']:.2f}: {guard['reading']} ({guard['interval']}) | "
+            f"{row['held_out_pair_accuracy']:.2f} |")
+        name = ""
+    return rows
 
 
-def markdown(summary: dict[str, Any], image: str | None) -> str:
-    """The section: command, budget, the table per mode, the gain by trees, the grid, the verdicts."""
-    b = summary["budget"]
-    seeds = len(summary["seeds"])
-    command = summary.get("command") or (f"treerpo bench taste --taste {summary['taste']} --picks-weight "
-                                         f"{b['picks_weight']:g}")
-    command += "" if "--docs" in command else " --docs docs/results.md"
-    images = b["prompts_per_iteration"] * 8
-    begin, end = marks(section_key(summary))
+def margin_rows(summary: dict[str, Any]) -> list[str]:
+    """One row per tree count: what each margin would have given (the same runs, another choice)."""
+    rows = []
+    name = summary["taste"]
+    for n, row in summary["by_trees"].items():
+        margins = row.get("margins")
+        if not margins:
+            continue
+        cells = [f"{m['share_of_frontier']:.0%}, {_ci(m['guard_change'])}" for m in margins.values()]
+        rows.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+        name = ""
+    return rows
+
+
+def chosen_line(summary: dict[str, Any]) -> str:
+    """Which checkpoints the guard chose at each tree count, over the seeds."""
+    parts = []
+    for n, row in summary["by_trees"].items():
+        picks = [f"{c['iteration']}" + (f"@{c['strength']:g}" if c["strength"] not in (0.0, 1.0) else "")
+                 if c["iteration"] else "base" for c in row["chosen"]]
+        parts.append(f"{n} trees: {', '.join(picks)}")
+    weights = ", ".join(f"{w}: {_ci(e)}" for w, e in summary["frontier"]["by_weight"].items())
+    return (f"- **{summary['taste']}**: chosen (iteration@strength, per seed) {'; '.join(parts)}. "
+            f"Frontier by weight: {weights}.")
+
+
+def _commands(summaries: Sequence[dict[str, Any]], command: str) -> list[str]:
+    """The commands that made the figures (each taste's run, in order) and, when it differs, this one."""
+    runs = list(dict.fromkeys(s.get("command") or command for s in summaries))
+    return runs if command in runs else [*runs, command]
+
+
+def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: str) -> str:
+    """The section: what was run, the table of every taste, the choices, the grid."""
+    first = summaries[0]
+    b = first["budget"]
+    seeds = len(first["seeds"])
+    begin, end = marks(SECTION)
+    counts = ", ".join(first["by_trees"])
     lines = [
         begin,
-        f"## Your taste as the reward: {summary['taste']}, picks weight {b['picks_weight']:g}",
+        "## Every taste: learning from picks under the guard",
         "",
         "Generated by `treerpo bench taste` ([picks.md](picks.md)); this section is rewritten by",
         "",
         "```bash",
-        command,
+        *_commands(summaries, command),
         "```",
         "",
-        f"A scripted person with a hidden taste (`{summary['taste']}`, which no shipped reward "
-        f"measures) labels trees of 8 leaves: likes {b['likes']}, dislikes {b['dislikes']}, and "
-        f"{b['mistakes']:.0%} of its picks are random mistakes. Per seed, the same training budget is "
-        "spent three ways: with the hidden taste itself as the reward (the oracle), and from the "
-        f"person's picks of {summary['trees']} trees in each mode. Each run trains {b['iterations']} "
-        f"iterations of {b['prompts_per_iteration']} prompts x 8 leaves ({images} images; online mode: "
-        f"one iteration per 8 labelled trees), learning rate {b['lr']:g}, reward "
-        f"`picks:{b['picks_weight']:g}` (or the taste at that weight for the oracle) plus "
-        f"`scene:{1 - b['picks_weight']:g}` as the guard of prompt-following. Figures are means over "
-        f"{seeds} seeds with 95% intervals, on {b['eval_pairs']} held-out prompt/seed pairs (the "
-        "model's live weights).",
+        "A scripted person with a hidden taste that no shipped reward measures labels trees of 8 leaves "
+        f"of the embedded model: likes {b['likes']}, dislikes {b['dislikes']}, {b['mistakes']:.0%} of its "
+        f"marks random mistakes. From the first {counts} labelled trees the default method fits the "
+        f"personal reward and trains {b['iterations']} iterations of {b['prompts_per_iteration']} prompts "
+        "x 8 leaves at "
+        f"`picks:{b['picks_weight']:g},scene:{1 - b['picks_weight']:g}` with the guard at its default "
+        f"(`{b['keep']}`: prompt-following, the scene reward, may fall by at most the limit): "
+        f"{b['checkpoints']} checkpoints and lower LoRA strengths measured on {b['validation_pairs']} "
+        "validation pairs, the choice made from the personal reward and the scene reward, never from the "
+        f"hidden taste, with a margin of {b['margin']:g} standard error. The **oracle frontier** trains the "
+        "hidden taste itself as the reward at weights "
+        + ", ".join(f"{w:g}" for w in b["frontier_weights"])
+        + " over the same budget, and per weight takes the best checkpoint whose scene fall on the test "
+        "pairs stays within the limit; the frontier is the largest of those gains. It reads the hidden "
+        "taste and chooses on the test figures themselves, so it is an optimistic ceiling. Every figure "
+        f"is on {b['eval_pairs']} held-out test prompt/seed pairs that neither training nor the guard saw: "
+        f"means over {seeds} seeds with 95% t intervals (paired per seed where a difference is shown).",
         "",
-        "Oracle (the taste as the reward): gain "
-        f"{_ci(summary['oracle_gain_mean'], summary['oracle_gain_ci95'])}, "
-        f"scene after {summary['oracle_scene_after']:.3f}.",
-        "",
-        "| mode | taste before -> after | taste gain (95% CI) | share of the oracle's gain | gain minus "
-        "half the oracle's, paired (95% CI) | scene before -> after | scene change (95% CI) |",
-        "|---|---|---|---|---|---|---|",
+        "| taste | labelled trees | taste gain | oracle frontier | share of the frontier | target | "
+        "prompt-following change | limit: held? | held-out pair accuracy |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in summary["modes"].values():
-        lines.append(
-            f"| {row['mode']} | {row['taste_before']:.3f} -> {row['taste_after']:.3f} | "
-            f"{_ci(row['taste_gain_mean'], row['taste_gain_ci95'])} | {row['share_of_oracle']:.0%} | "
-            f"{_ci(row['over_half_oracle_mean'], row['over_half_oracle_ci95'])} | "
-            f"{row['scene_before']:.3f} -> {row['scene_after']:.3f} | "
-            f"{_ci(row['scene_change_mean'], row['scene_change_ci95'])} |")
-    counts = sorted({int(n) for row in summary["modes"].values() for n in row["gain_by_trees"]})
-    lines += ["", "Taste gain by labelled trees (mean over seeds):", "",
-              "| mode | " + " | ".join(f"{n} trees" for n in counts) + " |",
-              "|---|" + "---|" * len(counts)]
-    for row in summary["modes"].values():
-        gains = row["gain_by_trees"]
-        cells = [f"{gains[str(n)]:+.3f}" if str(n) in gains else "" for n in counts]
-        lines.append(f"| {row['mode']} | " + " | ".join(cells) + " |")
-        if "held_out_pair_accuracy" in row:
-            acc = [f"{row['held_out_pair_accuracy'][str(n)]:.2f}" if str(n) in row["held_out_pair_accuracy"]
-                   else "" for n in counts]
-            lines.append("| held-out pair accuracy of the personal reward | " + " | ".join(acc) + " |")
-    lines += ["", "The targets (at most 200 trees):", ""]
-    for mode, v in verdicts(summary).items():
-        row = summary["modes"][mode]
-        lines.append(
-            f"- **{mode}**: at least half the oracle's gain: **{v['half_oracle']}** (paired margin "
-            f"{_ci(row['over_half_oracle_mean'], row['over_half_oracle_ci95'])}); prompt-following (scene) "
-            f"falls by at most {SCENE_FALL}: **{v['scene']}** ({row['scene_change_mean']:+.3f} on the mean).")
+    for summary in summaries:
+        lines += taste_rows(summary)
+    lines += [
+        "",
+        "Target: at least 50% of the frontier at 25 trees and 80% at 50 (its margin, gain minus that share "
+        "of the frontier, paired per seed: **met** when its 95% interval lies above 0, **not met** when "
+        "below, otherwise met or short on the mean). Prompt-following is held when its mean change is above "
+        "minus the limit (the interval in brackets says whether the 95% interval clears it). With "
+        f"{seeds} seeds the exact sign-flip test of a margin cannot go below p = {2 / 2 ** seeds:.4g}, above "
+        "0.05: these readings rest on t intervals, as stated, not on an exact test.",
+    ]
+    sensitivity = [row for summary in summaries for row in margin_rows(summary)]
+    if sensitivity:
+        margins = list(next(iter(summaries[0]["by_trees"].values()))["margins"])
+        lines += [
+            "",
+            "Had the guard chosen with another margin (the same runs: every checkpoint and strength it "
+            "chose among was also measured on the test pairs, so this table shows what each margin "
+            f"gives, not a new run; the default is {b['margin']:g}): share of the frontier, and the "
+            "change of prompt-following (95% CI).",
+            "",
+            "| taste | labelled trees | " + " | ".join(f"margin {m}" for m in margins) + " |",
+            "|---|---|" + "---|" * len(margins),
+            *sensitivity,
+        ]
+    lines += ["", "Which checkpoint the guard took (the training iteration, and the LoRA strength when "
+                  "below 1):", ""]
+    lines += [chosen_line(s) for s in summaries]
     if image:
-        lines += ["", "The same held-out prompts and seeds before training (top row), after training from "
-                      "the picks in each mode, and with the taste itself as the reward (first seed):", "",
-                  f"![before and after]({image})"]
+        lines += ["", "Held-out test prompts and seeds of a taste that pulls against the prompt (first "
+                      "seed): before training, from the picks (the guard's choice), and the frontier's "
+                      "best checkpoint:", "", f"![before and after]({image})"]
     lines.append(end)
     return "\n".join(lines)
 
 
-def write_docs(summary: dict[str, Any], out: Path, docs: Path) -> Path | None:
-    """The section in ``docs`` and the grid (``out/before_after.png``) copied into ``images/`` beside it."""
-    grid = out / "before_after.png"
+def write_docs(summaries: Sequence[dict[str, Any]], outs: Sequence[Path], docs: Path, command: str) -> Path:
+    """The section in ``docs``, and the grid of the first taste that pulls against the prompt copied into
+    ``images/`` beside it (earlier taste sections are replaced)."""
     image = None
-    if grid.exists():
-        name = f"taste_{summary['taste']}_{summary['budget']['picks_weight']:g}.png"
-        target = docs.parent / "images" / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(grid.read_bytes())
-        image = f"images/{target.name}"
-    put_section(docs, section_key(summary), markdown(summary, image))
+    for summary, out in zip(summaries, outs, strict=True):
+        grid = out / "before_after.png"
+        if summary["taste"] in AGAINST_PROMPT and grid.exists():
+            target = docs.parent / "images" / f"taste_{summary['taste']}.png"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(grid.read_bytes())
+            image = f"images/{target.name}"
+            break
+    put_section(docs, SECTION, markdown(summaries, image, command), drop_others=True)
     return docs

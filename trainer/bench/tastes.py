@@ -9,7 +9,11 @@ who labels trees with a hidden taste. Nothing here reads the scene reward's pars
 
 - :func:`larger_objects`: more of the picture covered by the objects (area of ink);
 - :func:`central_objects`: ink nearer the centre of the picture;
-- :func:`deep_shades`: every object in a deep, dark shade of its colour rather than a bright one.
+- :func:`deep_shades`: every object in a deep, dark shade of its colour rather than a bright one;
+- :func:`lower_objects`: the objects low in the picture. It pulls against the prompt: a prompt that
+  asks for something "at the top" loses position credit when the object sinks;
+- :func:`warm_shades`: warm shades (more red than blue in the objects). It pulls against the prompt
+  where the prompt names a cool colour.
 """
 
 from __future__ import annotations
@@ -57,5 +61,28 @@ def deep_shades(images: Tensor, prompts: Sequence[str] | None = None) -> Tensor:
     return torch.where(ink > 0, depth, torch.zeros_like(depth))
 
 
-TASTES = {"larger_objects": larger_objects, "central_objects": central_objects, "deep_shades": deep_shades}
+def lower_objects(images: Tensor, prompts: Sequence[str] | None = None) -> Tensor:
+    """How low the ink sits: its mean row as a fraction of the height, 0 at the top edge, 1 at the
+    bottom (0 without ink)."""
+    mask = ink_mask(images)
+    _, h, _ = mask.shape
+    rows = ((torch.arange(h, dtype=torch.float32) + 0.5) / h).view(1, h, 1)
+    ink = mask.flatten(1).sum(dim=1)
+    mean = (mask * rows).flatten(1).sum(dim=1) / ink.clamp(min=1.0)
+    return torch.where(ink > 0, mean, torch.zeros_like(mean))
+
+
+def warm_shades(images: Tensor, prompts: Sequence[str] | None = None) -> Tensor:
+    """How warm the objects' colours are: the ink's mean of red minus blue, from ``[-1, 1]`` to
+    ``[0, 1]`` (0 without ink)."""
+    mask = ink_mask(images)
+    x = images.float().clamp(0.0, 1.0)
+    warmth = (x[:, 0] - x[:, 2] + 1.0) / 2.0
+    ink = mask.flatten(1).sum(dim=1)
+    mean = (mask * warmth).flatten(1).sum(dim=1) / ink.clamp(min=1.0)
+    return torch.where(ink > 0, mean, torch.zeros_like(mean))
+
+
+TASTES = {"larger_objects": larger_objects, "central_objects": central_objects, "deep_shades": deep_shades,
+          "lower_objects": lower_objects, "warm_shades": warm_shades}
 """By name, for ``--taste NAME`` (any ``MODULE:FUNCTION`` or ``FILE.py:FUNCTION`` works too)."""

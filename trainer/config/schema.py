@@ -228,12 +228,15 @@ class PicksConfig:
     iteration). ``reward`` is the default: ``treerpo bench taste`` measured it learning more, and sooner,
     from the same picks (docs/picks.md, docs/results.md).
     ``backbone``: ``pooled`` (pixels pooled on a few grids; any model) or the image embedding of the
-    ``pickscore`` / ``hps-v2.1`` reward's CLIP at ``backbone_weights``.
+    ``pickscore`` / ``hps-v2.1`` reward's CLIP at ``backbone_weights``. ``head``: ``linear`` (a
+    Bradley-Terry score linear in the features' principal directions; measured more accurate from few
+    picks) or ``mlp`` (a two-layer head).
     """
 
     mode: Literal["reward", "online"] = "reward"
     backbone: Literal["pooled", "pickscore", "hps-v2.1"] = "pooled"
     backbone_weights: str | None = None
+    head: Literal["linear", "mlp"] = "linear"
     trees_per_iteration: int = 8
 
     def __post_init__(self) -> None:
@@ -244,8 +247,58 @@ class PicksConfig:
         if self.backbone != "pooled" and not self.backbone_weights:
             raise ValueError(f"picks.backbone {self.backbone} needs picks.backbone_weights: the reward's "
                              "weights path (docs/models.md)")
+        if self.head not in ("linear", "mlp"):
+            raise ValueError(f"picks.head must be linear or mlp, got {self.head!r}")
         if self.trees_per_iteration < 1:
             raise ValueError(f"picks.trees_per_iteration must be >= 1, got {self.trees_per_iteration}")
+
+
+GUARD_WORDS = ("strictly", "closely", "loosely", "off")
+"""How closely training from picks keeps following the prompt (``trainer/guard/levels.py`` gives each
+word its limit)."""
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    """A limit on how much prompt-following training from picks may trade for taste (``trainer/guard``,
+    docs/picks.md). It applies when ``reward`` names ``picks`` and a guard term besides it.
+
+    ``keep``: ``strictly`` / ``closely`` / ``loosely`` allow the guard reward's mean on validation pairs
+    to fall by at most 0.01 / 0.02 / 0.05 on the scene reward's scale (another guard: the same share
+    of its own spread); ``off``: no guard, the reward's weights as written (the expert's fixed picks
+    weight). ``limit``: the fall as a number instead. ``checkpoints``: how many, evenly spaced over the
+    run; ``pairs``: validation prompt/seed pairs (drawn with ``seed``, never trained on), whose count
+    sets how precisely the fall is known (its standard error is about 0.2 / sqrt(pairs) on the scene
+    reward); ``margin``: how many standard errors of the measured fall must also fit under the limit
+    (1: the limit holds unless the measurement was unlucky by more than one standard error);
+    ``strength_tries``: lower LoRA strengths measured for checkpoints past the limit. The reward's own
+    weights are used as written: under the guard, weigh the picks high (the node trains with
+    ``picks:0.5``); the limit, not the weight, decides how far training goes.
+    """
+
+    keep: str | bool = "closely"  # YAML reads a bare ``off`` as false: both mean off
+    limit: float | None = None
+    checkpoints: int = 6
+    pairs: int = 128
+    seed: int = 777
+    margin: float = 1.0
+    strength_tries: int = 2
+
+    def __post_init__(self) -> None:
+        if self.keep is False:
+            object.__setattr__(self, "keep", "off")
+        if self.keep not in GUARD_WORDS or self.keep is True:
+            raise ValueError(f"guard.keep must be one of {', '.join(GUARD_WORDS)}, got {self.keep!r}")
+        if self.limit is not None and self.limit < 0:
+            raise ValueError(f"guard.limit must be >= 0, got {self.limit}")
+        if self.checkpoints < 1 or self.pairs < 2 or self.strength_tries < 0:
+            raise ValueError("guard.checkpoints must be >= 1, guard.pairs >= 2 and guard.strength_tries >= 0")
+
+    def every(self, iterations: int) -> int:
+        """Iterations between checkpoints in a run of ``iterations`` (the last one always is one)."""
+        return max(1, math.ceil(iterations / self.checkpoints))
+        if self.margin < 0:
+            raise ValueError(f"guard.margin must be >= 0, got {self.margin}")
 
 
 @dataclass(frozen=True)
@@ -303,6 +356,7 @@ class TrainConfig:
     clip_spread: ClipSpreadConfig = field(default_factory=ClipSpreadConfig)
     data: DataConfig = field(default_factory=DataConfig)
     picks: PicksConfig = field(default_factory=PicksConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     yaml_layout: ClassVar[YamlLayout] = YAML_LAYOUT

@@ -14,10 +14,20 @@ Backbones (frozen; the head is all that learns):
 - ``pickscore`` / ``hps-v2.1``: the image embedding of that reward's CLIP (its weights path), for real
   models, where a taste is about style and content that pooled pixels cannot see.
 
-Why a head on frozen features: 200 labelled trees give a few thousand pairs, enough for a few
-thousand parameters, far too few to train a network. Before the final fit on every labelled tree, a
-fit on 80% of them (by tree) is scored on the other 20%: the held-out pair accuracy says how well the
-head generalises (logged, and reported by ``treerpo bench taste``).
+Heads (``picks.head``):
+
+- ``linear`` (the default): a Bradley-Terry score linear in the features' top principal directions
+  (``preferences.linear_reward``: standardised, projected on 16 directions found on the picked trees'
+  leaves, a Gaussian prior on the weights, fitted by Newton's method in milliseconds, no randomness).
+  ``treerpo bench picking`` measured it ordering the hidden taste's pairs better than the two-layer
+  head from the same picks: +0.079 (95% CI +0.063 to +0.095) of pair accuracy at 25 trees on
+  ``larger_objects``, +0.037 on ``central_objects``, inconclusive on ``deep_shades`` (5 seeds).
+- ``mlp``: a two-layer head on the standardised features (64 hidden units, AdamW), the first version.
+
+Why a small head on frozen features: 25 to 200 labelled trees give a few hundred to a few thousand
+pairs, far too few to train a network. Before the final fit on every labelled tree, a fit on 80% of
+them (by tree) is scored on the other 20%: the held-out pair accuracy says how well the head
+generalises (logged, and reported by ``treerpo bench taste``).
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..preferences.linear_reward import fit_basis, fit_linear
 from ..preferences.pairs import Pair, split_trees, tree_pairs
 from ..preferences.store import PickStore
 
@@ -80,12 +91,47 @@ class PreferenceHead(nn.Module):
         return self.net((features.float() - self.mean) / self.std).squeeze(-1)
 
 
+class LinearHead(nn.Module):
+    """Features -> ``((x - mean) / std) @ directions @ weights``: the linear Bradley-Terry score."""
+
+    def __init__(self, mean: Tensor, std: Tensor, directions: Tensor, weights: Tensor) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean.double())
+        self.register_buffer("std", std.double())
+        self.register_buffer("projection", (directions.double() @ weights.double()))
+
+    def forward(self, features: Tensor) -> Tensor:
+        return (((features.double() - self.mean) / self.std) @ self.projection).float()
+
+
+HEADS = ("linear", "mlp")
+
+
 @dataclass(frozen=True)
 class FitConfig:
     epochs: int = 400
     lr: float = 1e-2
     weight_decay: float = 1e-3
     seed: int = 0
+    head: str = "linear"
+
+
+def fit_linear_head(features: dict[str, Tensor], pairs: dict[str, list[Pair]]) -> LinearHead:
+    """The linear head on ``features``' principal directions (found on every given tree's leaves)."""
+    if not any(pairs.values()):
+        raise ValueError("the picks give no preference pair: like some leaves more than others")
+    basis = fit_basis(list(features.values()))
+    model = fit_linear({t: basis(f) for t, f in features.items()}, pairs)
+    return LinearHead(basis.mean, basis.std, basis.directions, model.weights).eval()
+
+
+def fit_any(features: dict[str, Tensor], pairs: dict[str, list[Pair]], config: FitConfig) -> nn.Module:
+    """The head ``config.head`` names, fitted on ``pairs``."""
+    if config.head == "linear":
+        return fit_linear_head(features, pairs)
+    if config.head == "mlp":
+        return fit_head(features, pairs, config)
+    raise ValueError(f"unknown personal-reward head {config.head!r}; expected {' or '.join(HEADS)}")
 
 
 def _pair_tensors(features: dict[str, Tensor], pairs: dict[str, list[Pair]]) -> tuple[Tensor, Tensor, Tensor]:
@@ -119,7 +165,7 @@ def fit_head(features: dict[str, Tensor], pairs: dict[str, list[Pair]], config: 
     return head.eval().requires_grad_(False)
 
 
-def pair_accuracy(head: PreferenceHead, features: dict[str, Tensor], pairs: dict[str, list[Pair]]) -> float:
+def pair_accuracy(head: nn.Module, features: dict[str, Tensor], pairs: dict[str, list[Pair]]) -> float:
     """The share of pairs the head orders as the person did (ties count half); nan without pairs."""
     images, better, worse = _pair_tensors(features, pairs)
     if better.numel() == 0:
@@ -134,7 +180,7 @@ def pair_accuracy(head: PreferenceHead, features: dict[str, Tensor], pairs: dict
 class PersonalFit:
     """A fitted personal reward and how well it generalises."""
 
-    head: PreferenceHead
+    head: nn.Module
     trees: int
     pairs: int
     held_out_trees: int
@@ -158,9 +204,9 @@ def fit_from_store(store: PickStore, features: Features, tree_ids: Sequence[str]
     fit_ids, held_ids = split_trees(ids, held_out, config.seed)
     accuracy = float("nan")
     if held_ids:
-        trial = fit_head({t: feats[t] for t in fit_ids}, {t: pairs[t] for t in fit_ids}, config)
+        trial = fit_any({t: feats[t] for t in fit_ids}, {t: pairs[t] for t in fit_ids}, config)
         accuracy = pair_accuracy(trial, {t: feats[t] for t in held_ids}, {t: pairs[t] for t in held_ids})
-    head = fit_head(feats, pairs, config)
+    head = fit_any(feats, pairs, config)
     with torch.no_grad():
         scores = head(torch.cat(list(feats.values())))
     return PersonalFit(head, len(ids), sum(len(p) for p in pairs.values()), len(held_ids),
@@ -185,7 +231,7 @@ class PersonalReward:
 
 def build(weights: str | None, device: str | torch.device = "cpu", backbone_name: str = "pooled",
           backbone_weights: str | None = None, log: Callable[[str], None] = print,
-          built_backbone: Any = None) -> PersonalReward:
+          built_backbone: Any = None, head: str = "linear") -> PersonalReward:
     """The personal reward of the picks folder ``weights``; ``built_backbone``: the backbone's reward,
     when the run has already built it as one of its terms."""
     if not weights:
@@ -194,8 +240,8 @@ def build(weights: str | None, device: str | torch.device = "cpu", backbone_name
     store = PickStore(Path(weights))
     store.check()
     features = backbone(backbone_name, backbone_weights, device, built_backbone)
-    fit = fit_from_store(store, features)
-    log(f"personal reward ({backbone_name} features): fitted on {fit.trees} labelled trees "
+    fit = fit_from_store(store, features, config=FitConfig(head=head))
+    log(f"personal reward ({head} head on {backbone_name} features): fitted on {fit.trees} labelled trees "
         f"({fit.pairs} pairs); held-out pair accuracy {fit.held_out_accuracy:.3f} on "
         f"{fit.held_out_pairs} pairs of {fit.held_out_trees} trees")
     return PersonalReward(fit, features)

@@ -263,11 +263,14 @@ def _wrap(text: str, width: int, measure: Any, max_lines: int = 2) -> list[str]:
 
 
 def save_image_grid(images: Tensor, out_png: str | os.PathLike[str], nrow: int = 8, padding: int = 2,
-                    captions: Sequence[str] | None = None, scale: int = 2) -> None:
+                    captions: Sequence[str] | None = None, scale: int = 2,
+                    font_size: int | None = None) -> None:
     """Save ``[N, 3, H, W]`` images in ``[0, 1]`` (clamped) as a PNG grid, ``nrow`` per row.
 
     Cells are upscaled ``scale`` times with nearest neighbour so tiny (64 px) samples stay
-    readable; captions (one per image, up to two lines) go under each cell. Without captions the
+    readable; captions (one per image, up to two lines) go under each cell, in Pillow's default
+    font (at ``font_size`` pixels when given: a grid shown shrunk on a node needs larger type).
+    Without captions the
     size is ``cols * W * scale + (cols + 1) * padding`` by ``rows * H * scale + (rows + 1) * padding``.
     """
     from PIL import Image, ImageDraw, ImageFont
@@ -285,7 +288,7 @@ def save_image_grid(images: Tensor, out_png: str | os.PathLike[str], nrow: int =
     n, h, w = pixels.shape[0], pixels.shape[1] * scale, pixels.shape[2] * scale
     cols, rows = min(nrow, n), -(-n // min(nrow, n))
 
-    font = ImageFont.load_default()
+    font = ImageFont.load_default() if font_size is None else ImageFont.load_default(size=font_size)
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     line_h = probe.textbbox((0, 0), "Ag", font=font)[3] + 2
     wrapped = [_wrap(str(c), w, lambda s: probe.textlength(s, font=font)) for c in captions or []]

@@ -111,7 +111,7 @@ def build_reward(config: TrainConfig) -> RewardMix:
         if shares_backbone(config):  # a guard term of the same CLIP: one copy serves both
             prebuilt[p.backbone] = get_reward(p.backbone, weights[p.backbone], device)
         prebuilt["picks"] = personal_reward(weights["picks"], device, p.backbone, p.backbone_weights,
-                                            built_backbone=prebuilt.get(p.backbone))
+                                            built_backbone=prebuilt.get(p.backbone), head=p.head)
     return RewardMix(config.reward, weights, device, prebuilt)
 
 

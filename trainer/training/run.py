@@ -8,14 +8,25 @@ already finished run only re-writes the final artefacts).
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from ..config.files import ConfigError, load_config
 from ..config.schema import TrainConfig
+from ..guard.tracker import GuardedTraining
 from ..utils.atomic import atomic_write_text
 from .distributed import Dist, barrier, setup, teardown
 from .factory import make_trainer
+from .guarded import (
+    guard_trainer,
+    guarded,
+    resumed_guard,
+    save_guard,
+    save_progress,
+    separate_validation_pairs,
+    write_figures,
+)
 from .logs import (
     MetricsCsv,
     TensorBoardLogger,
@@ -25,7 +36,7 @@ from .logs import (
     read_csv,
     save_image_grid,
 )
-from .loop import COLUMNS, SAMPLE_PAIRS, checkpoint, resume_point, save_resolved_config
+from .loop import COLUMNS, SAMPLE_PAIRS, Trainer, checkpoint, resume_point, save_resolved_config
 
 SUMMARY_KEYS = ("eval_reward", "eval_exact", "eval_colour", "eval_shape", "eval_position",
                 "eval_count", "drift")
@@ -71,6 +82,7 @@ def _run(config: TrainConfig, run_dir: Path, resume: bool, progress: bool, d: Di
     metrics = MetricsCsv(metrics_path, COLUMNS) if main else None
     if main:
         save_resolved_config(config, run_dir)
+    guard = start_guard(trainer, run_dir / "guard", done, config) if guarded(config) else None
     if done == 0:
         base, images = trainer.evaluate()
         if metrics is not None:
@@ -98,11 +110,25 @@ def _run(config: TrainConfig, run_dir: Path, resume: bool, progress: bool, d: Di
             trainer.check_progress(it + 1)  # too many non-finite updates in a row: stop here
             if (it + 1) % config.checkpoint_every == 0 or last:
                 checkpoint(trainer, run_dir, it + 1, wall)
+            if guard is not None and guard.is_checkpoint(it + 1, config.iterations):
+                guard.checkpoint(it + 1)
+                if main:
+                    save_progress(guard.trail, guard.snapshots, guard.images, guard.base_guard,
+                                  run_dir / "guard")
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}",
                             eval=f"{row.get('eval_reward', float('nan')):.3f}",
                             s_it=f"{row['iteration_s']:.2f}")
         bar.close()
+    guard_files: dict[str, Path] = {}
+    chosen: dict[str, float] | None = None
+    if guard is not None:  # the chosen checkpoint is what the run exports and shows
+        result = guard.finish()
+        scores, final_images = trainer.evaluate()
+        chosen = _eval_row(scores)
+        if main:
+            save_guard(result, run_dir / "guard")
+            guard_files = write_figures(result, run_dir / "guard")
     if final_images is None:
         scores, final_images = trainer.evaluate()
     files = trainer.export(run_dir / "lora")  # every rank: gathering FSDP shards is collective
@@ -115,15 +141,38 @@ def _run(config: TrainConfig, run_dir: Path, resume: bool, progress: bool, d: Di
     plot_curves(rows, run_dir / "plots" / "reward.png",
                 ys=(("reward_mean", "eval_reward"), "eval_exact", ("loss", "grpo_loss", "prm_loss"),
                     "clip_frac"), title=f"{config.strategy} on the embedded default")
-    summary = _summary(rows, config, files)
+    summary = _summary(rows, config, files, chosen)
+    if guard is not None:
+        summary["guard"] = guard_summary(run_dir / "guard", guard_files)
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     barrier(d)  # the others leave once the run folder is complete
     return summary
 
 
-def _summary(rows: list[dict[str, str]], config: TrainConfig, files: dict[str, Path]) -> dict[str, Any]:
+def start_guard(trainer: Trainer, folder: Path, done: int, config: TrainConfig) -> GuardedTraining:
+    """The guard of a headless run: validation pairs of their own prompts (never a test prompt, never
+    trained on), the base measured once (a resumed run continues the measurements it saved)."""
+    previous = resumed_guard(folder, done, config.guard.margin)
+    tracker = guard_trainer(trainer, separate_validation_pairs(config, trainer.eval_pairs),
+                            log=lambda line: print(line, file=sys.stderr), previous=previous)
+    if previous is None:
+        tracker.begin()
+    return tracker
+
+
+def guard_summary(folder: Path, files: dict[str, Path]) -> dict[str, Any]:
+    data = json.loads((folder / "trail.json").read_text(encoding="utf-8"))
+    return {"limit": data["limit"], "choice": data.get("choice"), "points": len(data["points"]),
+            "figures": {k: str(v.relative_to(folder.parent)) for k, v in files.items()}}
+
+
+def _summary(rows: list[dict[str, str]], config: TrainConfig, files: dict[str, Path],
+             chosen: dict[str, float] | None = None) -> dict[str, Any]:
+    """Base and final held-out figures; under the guard the final ones are the chosen checkpoint's."""
     evals = [r for r in rows if r.get("eval_reward")]
-    base, final = evals[0], evals[-1]
+    base, final = evals[0], dict(evals[-1])
+    if chosen is not None:
+        final.update({k: str(v) for k, v in chosen.items()})
     out: dict[str, Any] = {"strategy": config.strategy, "iterations": int(final["iteration"]),
                            "eval_pairs": config.data.eval_pairs,
                            "wall_s": float(rows[-1]["wall_s"] or 0.0),
@@ -136,10 +185,13 @@ def _summary(rows: list[dict[str, str]], config: TrainConfig, files: dict[str, P
 
 
 def format_summary(summary: dict[str, Any]) -> str:
+    guard = summary.get("guard")
     lines = [f"{summary['strategy']}: {summary['iterations']} iterations, "
              f"{summary['wall_s']:.0f} s of training, {summary['eval_pairs']} held-out prompt/seed pairs"]
     for key in SUMMARY_KEYS:
         if key in summary:
             v = summary[key]
             lines.append(f"  {key:<13} base {v['base']:.4f} -> final {v['final']:.4f} ({v['delta']:+.4f})")
+    if guard is not None and guard.get("choice"):
+        lines.append(f"  guard (a fall of at most {guard['limit']:.4f}): {guard['choice']['reason']}")
     return "\n".join(lines)

@@ -18,8 +18,11 @@ import torch
 
 from ..config.schema import TrainConfig
 from ..models.policy import Policy
+from .evaluate import read_prompt_file
 from .factory import make_trainer
+from .guarded import guard_trainer, guarded, same_prompt_pairs, separate_validation_pairs
 from .logs import finite_numbers
+from .loop import Trainer
 
 HISTORY_KEYS = ("reward_mean", "reward_max", "exact_mean", "loss", "grpo_loss", "prm_loss", "kl",
                 "clip_frac", "grad_norm", "iteration_s")
@@ -38,17 +41,17 @@ class TrainingState:
     state: dict[str, Any]
     history: list[dict[str, float]] = field(default_factory=list)
     policy: Policy | None = None
+    guard: Any = None  # a guarded run's checkpoints and choice (trainer.guard.run.GuardedResult)
 
 
 def _history_row(row: dict[str, Any]) -> dict[str, float]:
     return {k: v for k, v in finite_numbers(row).items() if k == "iteration" or k in HISTORY_KEYS}
 
 
-def train_steps(policy: Policy, config: TrainConfig, count: int, previous: TrainingState | None = None,
-                on_iteration: Callable[[int, dict[str, Any]], None] | None = None) -> TrainingState:
-    """Train ``count`` iterations on ``policy`` (trained in place: give a copy), continuing
-    ``previous`` when given. ``config.iterations`` is set to the total, which is what the learning
-    rate schedule sees."""
+def start_steps(policy: Policy, config: TrainConfig, count: int, previous: TrainingState | None = None
+                ) -> tuple[Trainer, TrainConfig, int, list[dict[str, float]]]:
+    """The trainer of a step of ``count`` iterations (``previous`` restored): ``(trainer, config with
+    the total iterations, first iteration, history so far)``. Call inside ``torch.inference_mode(False)``."""
     if count < 1:
         raise ValueError(f"iterations must be >= 1, got {count}")
     start = previous.iterations_done if previous is not None else 0
@@ -58,29 +61,77 @@ def train_steps(policy: Policy, config: TrainConfig, count: int, previous: Train
                 raise ValueError(f"cannot continue a run with another {name}: the previous step "
                                  f"used {getattr(previous.config, name)!r}")
     config = replace(config, iterations=start + count)
+    trainer = make_trainer(config, policy, evaluation=False)
+    history: list[dict[str, float]] = []
+    if previous is not None:
+        trainer.restore(continued_weights(previous), previous.optimizer, previous.state)
+        history = list(previous.history)
+    return trainer, config, start, history
+
+
+def continued_weights(previous: TrainingState) -> dict[str, torch.Tensor]:
+    """The weights a later step trains on: the last iteration's (a guarded run hands on the checkpoint
+    it chose, but continues training from where training stopped)."""
+    guard = previous.guard
+    if guard is not None and guard.snapshots:
+        return dict(guard.snapshots[max(guard.snapshots)])
+    return previous.weights
+
+
+def history_reporter(history: list[dict[str, float]], start: int,
+                     on_iteration: Callable[[int, dict[str, Any]], None] | None
+                     ) -> Callable[[int, dict[str, Any]], None]:
+    """``on_iteration(done, row)`` that also appends the row to ``history``."""
+    def report(done: int, row: dict[str, Any]) -> None:
+        history.append(_history_row(row))
+        if on_iteration is not None:
+            on_iteration(done, row)
+
+    return report
+
+
+def finish_steps(trainer: Trainer, config: TrainConfig, history: list[dict[str, float]],
+                 guard: Any = None) -> TrainingState:
+    """The state to continue from after a step (the trainer's current weights)."""
+    trainer.policy.eval()
+    return TrainingState(config, config.iterations, trainer.trained_state(), trainer.optimizer.state_dict(),
+                         trainer.state(), history, trainer.policy, guard)
+
+
+def train_steps(policy: Policy, config: TrainConfig, count: int, previous: TrainingState | None = None,
+                on_iteration: Callable[[int, dict[str, Any]], None] | None = None) -> TrainingState:
+    """Train ``count`` iterations on ``policy`` (trained in place: give a copy), continuing
+    ``previous`` when given. ``config.iterations`` is set to the total, which is what the learning
+    rate schedule sees."""
     with torch.inference_mode(False), torch.enable_grad():
-        trainer = make_trainer(config, policy, evaluation=False)
-        history: list[dict[str, float]] = []
-        if previous is not None:
-            trainer.restore(previous.weights, previous.optimizer, previous.state)
-            history = list(previous.history)
-        for it in range(start, start + count):
+        trainer, config, start, history = start_steps(policy, config, count, previous)
+        report = history_reporter(history, start, on_iteration)
+        for it in range(start, config.iterations):
             row = trainer.step(it)
-            history.append(_history_row(row))
             trainer.check_progress(it + 1)
-            if on_iteration is not None:
-                on_iteration(it - start + 1, row)
-        trainer.policy.eval()
-        return TrainingState(config, start + count, trainer.trained_state(),
-                             trainer.optimizer.state_dict(), trainer.state(), history, trainer.policy)
+            report(it - start + 1, row)
+        return finish_steps(trainer, config, history)
 
 
 def train_from_picks(policy: Policy, picks_dir: str | Path, config: TrainConfig, iterations: int,
                      previous: TrainingState | None = None,
-                     on_iteration: Callable[[int, dict[str, Any]], None] | None = None) -> TrainingState:
+                     on_iteration: Callable[[int, dict[str, Any]], None] | None = None,
+                     log: Callable[[str], None] = print) -> TrainingState:
     """:func:`train_steps` from the picks of ``picks_dir`` (docs/picks.md): ``config.reward`` must name
-    ``picks`` (e.g. ``picks:0.5,scene:0.5``) and ``config.picks.mode`` says how they train."""
+    ``picks`` (e.g. ``picks:0.5,scene:0.5``) and ``config.picks.mode`` says how they train. Under the
+    guard (``guard.keep`` not ``off``) the state's weights and policy are the checkpoint the guard
+    chose, and ``state.guard`` holds every checkpoint kept (another one is taken without training)."""
     config = replace(config, data=replace(config.data, picks=str(picks_dir)))
     if not config.uses_picks:
         raise ValueError(f"reward {config.reward!r} does not name picks: e.g. picks:0.5,scene:0.5")
-    return train_steps(policy, config, iterations, previous, on_iteration)
+    if not guarded(config):
+        return train_steps(policy, config, iterations, previous, on_iteration)
+    with torch.inference_mode(False), torch.enable_grad():
+        trainer, config, start, history = start_steps(policy, config, iterations, previous)
+        own_prompts = config.data.prompts != "scenes"
+        pairs = (same_prompt_pairs(read_prompt_file(config.data.prompts), config) if own_prompts
+                 else separate_validation_pairs(config, trainer.eval_pairs))
+        tracker = guard_trainer(trainer, pairs, log=log, exclude_pairs=not own_prompts,
+                                previous=previous.guard if previous is not None else None)
+        result = tracker.run(start, iterations, history_reporter(history, start, on_iteration))
+        return finish_steps(trainer, config, history, result)

@@ -1,0 +1,75 @@
+"""Which checkpoint the person's limit allows: the most taste whose guard fall stays within it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .trail import Trail, TrailPoint
+
+
+def change_words(fall: float) -> str:
+    """'fell by 0.012' or 'rose by 0.05': a guard's change in words."""
+    return f"fell by {fall:.3g}" if fall > 0 else f"rose by {-fall:.3g}" if fall < 0 else "did not change"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The point taken (None: the base model, unchanged) and why, in one line a person reads."""
+
+    point: TrailPoint | None
+    reason: str
+    within_limit: bool
+
+
+def allowed(trail: Trail, point: TrailPoint, margin: float = 0.0) -> bool:
+    """Whether ``point``'s guard fall, plus ``margin`` standard errors of it, is within the limit."""
+    return trail.fall(point) + margin * point.guard_se <= trail.limit + 1e-12
+
+
+def choose(trail: Trail, margin: float = 0.0) -> Choice:
+    """The trained point with the highest taste among those within the limit. None when no trained
+    point is within it, or none of those raised the taste above the base model's."""
+    base = trail.base
+    trained = [p for p in trail.points if p.iteration > 0]
+    inside = [p for p in trained if allowed(trail, p, margin)]
+    if not trained:
+        return Choice(None, "nothing was trained yet: the base model is returned unchanged", False)
+    if not inside:
+        least = min(trained, key=trail.fall)
+        return Choice(None, f"no checkpoint kept prompt-following within the limit (a fall of at most "
+                            f"{trail.limit:.3g}; the smallest fall was {trail.fall(least):.3g} at "
+                            f"{least.label}): the base model is returned unchanged; allow more (loosely), "
+                            "or pick more consistently", False)
+    best = max(inside, key=lambda p: (p.taste, -p.iteration, p.strength))
+    if best.taste <= base.taste:
+        return Choice(None, "no checkpoint within the limit raised your taste's score above the base "
+                            "model's: the base model is returned unchanged", True)
+    return Choice(best, f"{best.label}: the most taste (+{best.taste - base.taste:.3g}) whose "
+                        f"prompt-following {change_words(trail.fall(best))}, within the limit of a fall of "
+                        f"{trail.limit:.3g}", True)
+
+
+def checkpoints(trail: Trail) -> list[int]:
+    """The iterations the run kept a checkpoint at (0: the base model)."""
+    return sorted({p.iteration for p in trail.points})
+
+
+def take(trail: Trail, iteration: int, strength: float) -> Choice:
+    """The checkpoint and strength a person asked for instead of the guard's choice; one line when the
+    run kept no checkpoint at that iteration. A strength the run did not measure is taken all the same
+    (it needs no training), and the reason says it was not measured."""
+    if not 0.0 <= strength <= 2.0:
+        raise ValueError(f"strength must be between 0 and 2, got {strength:g}")
+    if iteration == 0 or strength == 0.0:
+        return Choice(None, "the base model, as asked", True)
+    kept = checkpoints(trail)
+    if iteration not in kept:
+        raise ValueError(f"no checkpoint at iteration {iteration}: this run kept "
+                         + ", ".join(str(i) for i in kept if i))
+    point = trail.find(iteration, strength)
+    if point is None:
+        label = TrailPoint(iteration, strength, 0.0, 0.0).label
+        return Choice(TrailPoint(iteration, strength, float("nan"), float("nan")),
+                      f"{label}, as asked (not measured at this strength)", False)
+    return Choice(point, f"{point.label}, as asked (prompt-following {change_words(trail.fall(point))}; the "
+                         f"limit is a fall of {trail.limit:.3g})", allowed(trail, point))

@@ -1,0 +1,80 @@
+"""What a person sees of a guarded run: taste against prompt-following over the run, with the chosen
+checkpoint marked, and the same validation images before and at a few checkpoints."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from .choice import Choice
+from .trail import Trail, TrailPoint
+
+
+def trade_plot(trail: Trail, choice: Choice, out_png: str | os.PathLike[str], width: float = 4.6,
+               height: float = 3.4) -> None:
+    """Taste gain (personal reward, up) against the fall of prompt-following (right), one dot per
+    checkpoint joined in training order, lower strengths as hollow dots, the limit as a shaded band's
+    edge and the chosen point ringed. Agg canvas only: the user's matplotlib backend is left alone."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    base = trail.base
+    full = sorted((p for p in trail.points if p.strength == 1.0), key=lambda p: p.iteration)
+    weaker = [p for p in trail.points if p.strength != 1.0]
+
+    def xy(p: TrailPoint) -> tuple[float, float]:
+        return trail.fall(p), p.taste - base.taste
+
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    xs, ys = zip(*(xy(p) for p in full), strict=True)
+    right = max(max(xs), trail.limit) * 1.15 + 1e-3
+    left = min(min(xs), 0.0) - 0.1 * right
+    ax.axvspan(left, trail.limit, color="#4ade80", alpha=0.12, lw=0)
+    ax.axvline(trail.limit, color="#16a34a", lw=1, ls="--")
+    ax.text(trail.limit, 0.98, " limit", transform=ax.get_xaxis_transform(), va="top", fontsize=7,
+            color="#16a34a")
+    ax.plot(xs, ys, "-o", color="#2563eb", ms=4, lw=1.2, label="checkpoints")
+    for p in full:
+        if p.iteration:
+            ax.annotate(str(p.iteration), xy(p), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    if weaker:
+        wx, wy = zip(*(xy(p) for p in weaker), strict=True)
+        ax.plot(wx, wy, "o", mfc="none", color="#7c3aed", ms=5, label="lower strength")
+    if choice.point is None:
+        ax.plot([0.0], [0.0], "o", mfc="none", mec="#dc2626", ms=13, mew=2, label="chosen: the base model")
+    elif math.isfinite(choice.point.taste):
+        cx, cy = xy(choice.point)
+        ax.plot([cx], [cy], "o", mfc="none", mec="#dc2626", ms=13, mew=2, label="chosen")
+    else:  # a strength taken without measuring it: no place on the plot
+        ax.plot([], [], "o", mfc="none", mec="#dc2626", ms=13, mew=2,
+                label=f"taken: {choice.point.label} (not measured)")
+    ax.set_xlim(left, right)
+    ax.set_xlabel("prompt-following lost (guard fall; numbers: iteration)", fontsize=8)
+    ax.set_ylabel("your taste gained (personal reward)", fontsize=8)
+    ax.set_title("taste against prompt-following", fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.margins(y=0.12)
+    ax.legend(fontsize=7, loc="best")
+    fig.savefig(out_png)
+
+
+def shown_points(trail: Trail, choice: Choice, count: int = 3) -> list[TrailPoint]:
+    """The checkpoints the before/after grid shows: the chosen one, the last one, and one between
+    the base and the chosen (at most ``count``, in training order)."""
+    full = sorted((p for p in trail.points if p.strength == 1.0 and p.iteration), key=lambda p: p.iteration)
+    if not full:
+        return []
+    picked: list[TrailPoint] = []
+    chosen = choice.point
+    if chosen is not None:
+        earlier = [p for p in full if p.iteration < chosen.iteration]
+        if earlier:
+            picked.append(earlier[len(earlier) // 2])
+        picked.append(chosen)
+    else:
+        picked.append(full[len(full) // 2])
+    if full[-1] not in picked:
+        picked.append(full[-1])
+    return sorted(picked[-count:], key=lambda p: (p.iteration, p.strength))

@@ -1,0 +1,61 @@
+"""How much prompt-following a person will trade, in plain words, as a limit on the guard's fall.
+
+On the embedded model the guard is the scene reward, and the words mean a fall of its mean on
+held-out prompts of at most 0.01 / 0.02 / 0.05. Another guard (PickScore, CLIP, HPS) has another
+scale, so there the same words mean the same fall *in units of the guard's own spread*: the standard
+deviation of its scores over the base model's validation images, measured at the start of every run.
+The scene reward's spread over the embedded model's held-out images is ``SCENE_SPREAD`` (measured on
+256 held-out pairs of the shipped base: 0.186), so "closely" is 0.02 / 0.186 = 0.11 of a guard's
+spread on any model.
+"""
+
+from __future__ import annotations
+
+from ..config.schema import GUARD_WORDS
+
+KEEP_LEVELS: dict[str, float] = {"strictly": 0.01, "closely": 0.02, "loosely": 0.05}
+"""The allowed fall of the scene reward's held-out mean, by word."""
+DEFAULT_KEEP = "closely"
+OFF = "off"
+SCENE_SPREAD = 0.186
+"""Standard deviation of the scene reward over the embedded base model's held-out images (256 pairs,
+eval seed 12345, 10 Euler steps)."""
+GUARDED_PICKS_WEIGHT = 0.3
+"""The weight of the picks against the guard while training under the guard (the node and
+``treerpo bench taste``): high enough that a taste which pulls against the prompt still moves within
+24 iterations (at 0.15 it did not), low enough that prompt-following falls slowly, so that the
+checkpoints within the limit hold more taste (at 0.5 and 0.8 the scene reward fell past the limit
+within 6 to 12 iterations). How it was chosen: docs/picks.md."""
+SCENE_SCALE_GUARDS = ("scene",)
+"""Guards whose words are read on the scene reward's own scale."""
+
+
+assert set(GUARD_WORDS) == {*KEEP_LEVELS, OFF}, "the config's words and their limits must agree"
+
+
+def check_keep(keep: str) -> str:
+    """``keep`` itself, or one line listing the words it may be."""
+    if keep not in GUARD_WORDS:
+        raise ValueError(f"guard.keep must be one of {', '.join(GUARD_WORDS)}, got {keep!r}")
+    return keep
+
+
+def guard_limit(keep: str, guard_terms: list[str], guard_spread: float,
+                explicit: float | None = None) -> float:
+    """The largest fall of the guard's mean that the person allows.
+
+    ``explicit``: a limit given as a number (``guard.limit``), used as it is. Otherwise the word's fall
+    on the scene reward's scale when the guard is the scene reward alone, else that fall in units of
+    the guard's spread (``guard_spread``, the std of its scores over the base model's validation
+    images)."""
+    if explicit is not None:
+        if explicit < 0:
+            raise ValueError(f"guard.limit must be >= 0, got {explicit}")
+        return float(explicit)
+    fall = KEEP_LEVELS[check_keep(keep)]
+    if all(term in SCENE_SCALE_GUARDS for term in guard_terms):
+        return fall
+    if not guard_spread > 0:
+        raise ValueError("the guard reward gives every validation image the same score: it cannot measure "
+                         "prompt-following here (choose another guard reward)")
+    return fall / SCENE_SPREAD * guard_spread

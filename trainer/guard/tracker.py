@@ -1,0 +1,216 @@
+"""Training under the guard: checkpoints measured on validation pairs, then the person's limit chooses.
+
+:class:`GuardedTraining` wraps a trainer (``trainer.training.loop.Trainer``; the training layer builds
+this with :mod:`~..training.guarded`, which also supplies how validation images are drawn) whose
+reward names a taste term
+(``picks``, the personal reward; ``function`` for a benchmark's hidden taste) and at least one guard
+term (``scene``, ``pickscore``, ...). It measures the base model, then every ``guard.every`` iterations
+keeps a CPU copy of the LoRA and measures the mean taste and guard over the validation pairs (ODE
+images of fixed prompt/seed pairs that training never draws). At the end it also measures the LoRA at
+lower strengths where the last checkpoints went past the limit, chooses (:func:`~.choice.choose`), and
+loads the chosen weights into the policy. Every kept checkpoint stays available: a person may take
+another one, or another strength, without training again (:meth:`GuardedResult.apply`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from ..config.schema import GuardConfig, TrainConfig
+from ..lora.adapters import load_lora_state, lora_state_dict
+from ..rewards.mix import RewardMix, parse_reward_spec
+from .choice import Choice, allowed, choose, take
+from .levels import guard_limit
+from .trail import Trail, TrailPoint, paired_se, point_key, scaled_lora, snapshot
+
+Scores = Callable[[Tensor, Sequence[str]], dict[str, Tensor]]
+Images = Callable[[], tuple[Tensor, list[str]]]
+"""Draws the validation pairs' images with the current weights: ``(images [N, 3, H, W], prompts)``."""
+
+
+class Steps(Protocol):
+    """What the guard needs of a trainer (``trainer.training.loop.Trainer`` has it)."""
+
+    config: TrainConfig
+    policy: Any
+    reward: RewardMix
+    device: torch.device
+
+    def step(self, iteration: int) -> dict[str, Any]: ...
+
+    def check_progress(self, iteration: int) -> None: ...
+
+
+def guard_spec(reward: str, taste: str) -> str:
+    """The terms of ``reward`` other than the taste, weights rescaled to sum to 1: the guard."""
+    terms = [t for t in parse_reward_spec(reward) if t.name != taste]
+    if not terms:
+        raise ValueError(f"reward {reward!r} has no term besides {taste!r} to guard prompt-following with: "
+                         "add one, e.g. scene (embedded model) or pickscore, or set guard.keep=off")
+    total = sum(t.weight for t in terms)
+    return ",".join(f"{t.name}:{t.weight / total:g}" for t in terms)
+
+
+@dataclass
+class GuardedResult:
+    """A guarded run: its trail, a LoRA per kept checkpoint (strength 1, on the CPU), the choice."""
+
+    trail: Trail
+    snapshots: dict[int, dict[str, Tensor]]
+    choice: Choice
+    images: dict[str, Tensor] = field(default_factory=dict)  # validation images by point key, a few
+    base_guard: Tensor | None = None  # the base model's guard score per validation pair
+
+    def weights(self, iteration: int, strength: float) -> dict[str, Tensor]:
+        """The LoRA of a kept checkpoint at a strength (iteration 0 or strength 0: the base model)."""
+        if iteration == 0:
+            any_state = next(iter(self.snapshots.values()))
+            return scaled_lora(any_state, 0.0)
+        return scaled_lora(self.snapshots[iteration], strength)
+
+    def apply(self, transformer: torch.nn.Module, choice: Choice | None = None) -> Choice:
+        """Load the chosen point's LoRA (the guard's choice by default) into ``transformer``."""
+        choice = choice or self.choice
+        point = choice.point
+        load_lora_state(transformer, self.weights(0, 0.0) if point is None else
+                        self.weights(point.iteration, point.strength))
+        return choice
+
+    def take(self, iteration: int, strength: float) -> Choice:
+        """A person's own choice of checkpoint and strength (no training)."""
+        return take(self.trail, iteration, strength)
+
+
+class GuardedTraining:
+    """Drive ``trainer`` for a run, measuring and keeping checkpoints; see the module docstring."""
+
+    def __init__(self, trainer: Steps, config: GuardConfig, images: Images, taste: str = "picks",
+                 log: Callable[[str], None] = print, keep_images: int = 0,
+                 previous: GuardedResult | None = None, reward_spec: str | None = None) -> None:
+        """``images``: draws the validation images; ``taste``: the reward's taste term (the rest guard);
+        ``keep_images``: how many validation images of each point to keep for the before/after grid;
+        ``previous``: a guarded run this one continues (its trail and checkpoints carry on);
+        ``reward_spec``: the terms of ``trainer.reward`` when its config does not name them (a
+        benchmark that hands the trainer a reward built elsewhere)."""
+        self.trainer, self.config, self.log, self.draw = trainer, config, log, images
+        reward = trainer.reward
+        if taste not in reward.fns:
+            raise ValueError(f"the guard needs the taste term {taste!r} in the reward "
+                             f"{trainer.config.reward!r}")
+        spec = guard_spec(reward_spec or trainer.config.reward, taste)
+        self.guard_terms = [t.name for t in parse_reward_spec(spec)]
+        self.taste = reward.fns[taste]
+        self.guard = RewardMix(spec, {}, trainer.device,
+                               prebuilt={n: reward.fns[n] for n in self.guard_terms})
+        self.keep_images = keep_images
+        self.trail: Trail | None = previous.trail if previous is not None else None
+        self.snapshots: dict[int, dict[str, Tensor]] = {} if previous is None else dict(previous.snapshots)
+        self.base_guard: Tensor | None = previous.base_guard if previous is not None else None
+        self.images: dict[str, Tensor] = dict(previous.images) if previous is not None else {}
+
+    # ------------------------------------------------------------------ measuring
+    @torch.no_grad()
+    def score(self) -> tuple[Tensor, Tensor, Tensor]:
+        """``(taste [N], guard [N], images)`` of the validation pairs under the current weights."""
+        self.trainer.policy.eval()
+        images, prompts = self.draw()
+        images = images.float().cpu()
+        return (self.taste(images, prompts)["reward"].float().cpu(),
+                self.guard(images, prompts)["reward"].float().cpu(), images)
+
+    def _measure(self, iteration: int, strength: float = 1.0) -> TrailPoint:
+        taste, guard, images = self.score()
+        if self.base_guard is None:
+            self.base_guard = guard
+        point = TrailPoint(iteration, strength, float(taste.mean()), float(guard.mean()),
+                           paired_se(guard, self.base_guard))
+        if self.keep_images:
+            self.images[point_key(point)] = images[: self.keep_images]
+        if self.trail is None:
+            spread = float(guard.std(unbiased=True)) if guard.numel() > 1 else 0.0
+            limit = guard_limit(self.config.keep, self.guard_terms, spread, self.config.limit)
+            self.trail = Trail(limit, spread)
+        self.trail.points.append(point)
+        return point
+
+    def begin(self) -> TrailPoint:
+        """Measure the base model (the LoRA is still zero)."""
+        point = self._measure(0)
+        self.log(f"guard: base taste {point.taste:.4f}, prompt-following {point.guard:.4f}; limit: a fall "
+                 f"of at most {self.trail.limit:.4f} ({self.config.keep})")
+        return point
+
+    def is_checkpoint(self, done: int, total: int) -> bool:
+        """Whether the guard keeps a checkpoint after ``done`` of ``total`` iterations."""
+        return done % self.config.every(total) == 0 or done == total
+
+    def checkpoint(self, done: int) -> TrailPoint:
+        """Keep the LoRA after ``done`` iterations and measure it."""
+        self.snapshots[done] = snapshot(lora_state_dict(self.trainer.policy.transformer))
+        point = self._measure(done)
+        gain = point.taste - self.trail.base.taste
+        change = -self.trail.fall(point)
+        self.log(f"guard: iteration {done}: taste {gain:+.4f}, prompt-following {change:+.4f} "
+                 f"± {point.guard_se:.4f} (a fall of {self.trail.limit:.4f} allowed)")
+        return point
+
+    def _strength_candidates(self) -> list[tuple[int, float]]:
+        """Lower strengths for checkpoints the limit does not allow but that may hold more taste than the
+        best one it allows: the first such checkpoint and the one with the most taste; each at the
+        strength a straight line from the base predicts to land inside the limit with its margin (the
+        fall and its standard error both shrink about in proportion to the strength:
+        ``s * (fall + margin * se) <= limit``), and at 0.7 of that."""
+        trail, margin = self.trail, self.config.margin
+        trained = [p for p in trail.points if p.iteration > 0 and p.strength == 1.0]
+        over = [p for p in trained if not allowed(trail, p, margin)]
+        if not over or not self.config.strength_tries:
+            return []
+        chosen = {over[0].iteration: over[0]}
+        tastiest = max(over, key=lambda p: p.taste)
+        chosen[tastiest.iteration] = tastiest
+        out: list[tuple[int, float]] = []
+        for it, point in chosen.items():
+            spent = trail.fall(point) + margin * point.guard_se
+            s = min(0.95, max(0.1, trail.limit / spent)) if spent > 0 else 0.5
+            for k in range(self.config.strength_tries):
+                out.append((it, round(s * 0.7**k, 2)))
+        return out
+
+    def finish(self) -> GuardedResult:
+        """Measure lower strengths where useful, choose, and load the choice into the policy."""
+        transformer = self.trainer.policy.transformer
+        final = lora_state_dict(transformer)
+        for it, strength in self._strength_candidates():
+            if self.trail.find(it, strength) is None:
+                load_lora_state(transformer, scaled_lora(self.snapshots[it], strength))
+                point = self._measure(it, strength)
+                self.log(f"guard: iteration {it} at strength {strength:g}: taste "
+                         f"{point.taste - self.trail.base.taste:+.4f}, prompt-following "
+                         f"{-self.trail.fall(point):+.4f}")
+        load_lora_state(transformer, final)
+        choice = choose(self.trail, self.config.margin)
+        result = GuardedResult(self.trail, self.snapshots, choice, self.images, self.base_guard)
+        result.apply(transformer)
+        self.log(f"guard: chose {result.choice.reason}" if result.choice.point is not None
+                 else f"guard: {result.choice.reason}")
+        return result
+
+    def run(self, start: int, count: int, on_iteration: Callable[[int, dict[str, Any]], None] | None = None
+            ) -> GuardedResult:
+        """Train iterations ``start .. start+count-1`` with checkpoints, then choose."""
+        if self.trail is None:
+            self.begin()
+        total = start + count
+        for it in range(start, total):
+            row = self.trainer.step(it)
+            self.trainer.check_progress(it + 1)
+            if on_iteration is not None:
+                on_iteration(it - start + 1, row)
+            if self.is_checkpoint(it + 1, total):
+                self.checkpoint(it + 1)
+        return self.finish()

@@ -399,3 +399,58 @@ def test_online_mode_refuses_trees_another_model_drew(labelled_folder, tmp_path:
         make_trainer(_small(f"data.picks={other}", "reward=picks:0.5,scene:0.5", "picks.mode=online"))
     trainer = make_trainer(_small(f"data.picks={other}", "reward=picks:0.5,scene:0.5"))
     assert trainer.reward.fns["picks"].fit.trees == 8
+
+
+def _fake_seed(seed: int, frontier_gain: float):
+    """A stored seed as ``run_seed`` leaves it: its frontier and the method at 3 trees."""
+    from dynamic_treerpo.trainer.bench.taste import SeedResult
+
+    base = {"iteration": 0, "strength": 1.0, "taste": 0.5, "guard": 0.45, "guard_se": 0.0,
+            "test_taste": 0.5, "test_scene": 0.45}
+    point = {**base, "iteration": 2, "taste": 0.6, "guard_se": 0.01, "test_taste": 0.6}
+    method = {"taste": 0.6, "scene": 0.45, "accuracy": 0.8, "held_out_pairs": 4.0, "limit": 0.02,
+              "chosen": {"iteration": 2, "strength": 1.0, "reason": "r", "validation_taste_gain": 0.1,
+                         "validation_scene_fall": 0.0}, "points": [base, point]}
+    frontier = {"0.3": {"weight": 0.3, "gain": frontier_gain, "scene_change": 0.0, "iteration": 2,
+                        "strength": 1.0, "limit": 0.02, "taste": 0.5 + frontier_gain, "scene": 0.45,
+                        "points": []}}
+    return SeedResult(seed, 0.5, 0.45, {"taste": 0.5 + frontier_gain, "scene": 0.45, "weight": 0.3},
+                      frontier, {3: method})
+
+
+def test_a_resumed_taste_run_redoes_only_the_frontier_when_only_its_strengths_changed(
+        tmp_path: Path, monkeypatch) -> None:
+    """A ``taste.json`` made before the frontier tried lower strengths (``frontier_strengths`` 0, or absent)
+    keeps its method runs and gets its frontier redone; a new seed runs whole; any other change is refused."""
+    from dynamic_treerpo.trainer.bench import taste as bench
+
+    budget = replace(bench.QUICK, seeds=1, trees=3, at=(), frontier_weights=(0.3,))
+    ran: list[int] = []
+    monkeypatch.setattr(bench, "run_seed", lambda b, seed, *a, **k: ran.append(seed) or _fake_seed(seed, 0.0))
+    out = tmp_path / "larger_objects"
+    bench.run_taste(replace(budget, frontier_strengths=0), "larger_objects", out, log=_quiet_log)
+    stored = json.loads((out / "taste.json").read_text())
+    del stored["budget"]["frontier_strengths"]  # as written before the field existed
+    (out / "taste.json").write_text(json.dumps(stored))
+    (out / "before_after.png").write_bytes(b"grid")
+
+    redone: list[tuple[int, int]] = []
+
+    def frontier(b, seed, weight, *args, **kwargs):
+        redone.append((seed, b.frontier_strengths))
+        return {**_fake_seed(seed, 0.2).frontier["0.3"], "strength": 0.5}
+
+    monkeypatch.setattr(bench, "frontier_run", frontier)
+    summary = bench.run_taste(replace(budget, seeds=2), "larger_objects", out, log=_quiet_log, resume=True)
+    assert ran == [0, 1] and redone == [(0, 2)]  # seed 0: frontier only, with strengths; seed 1: whole
+    assert summary["complete"] and summary["budget"]["frontier_strengths"] == 2
+    assert summary["per_seed"][0]["frontier"]["0.3"]["gain"] == 0.2
+    assert summary["per_seed"][0]["reward"][3]["taste"] == 0.6  # the method run is kept
+    assert not (out / "before_after.png").exists()  # its frontier row showed another point
+    with pytest.raises(ValueError, match="another budget"):
+        bench.run_taste(replace(budget, seeds=2, lr=0.001), "larger_objects", out, log=_quiet_log,
+                        resume=True)
+
+
+def _quiet_log(_: str) -> None:
+    return None

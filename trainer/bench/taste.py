@@ -71,6 +71,7 @@ class TasteBudget:
     margin: float = 1.0
     picks_weight: float = GUARDED_PICKS_WEIGHT
     frontier_weights: tuple[float, ...] = FRONTIER_WEIGHTS
+    frontier_strengths: int = 2  # lower LoRA strengths the frontier tries, as the guard does (0: none)
     likes: int = 2
     dislikes: int = 1
     mistakes: float = 0.15
@@ -144,12 +145,14 @@ def _quiet(_: str) -> None:
 
 def frontier_run(budget: TasteBudget, seed: int, weight: float, taste_name: str, extra: Sequence[str],
                  keep: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
-    """The hidden taste as the reward at ``weight``: checkpoints measured on the test pairs, the best one
-    whose scene fall is within the limit (margin 0: the frontier is chosen on the test figures)."""
+    """The hidden taste as the reward at ``weight``: checkpoints, and lower LoRA strengths of those past the
+    limit as the guard tries them, measured on the test pairs; the best one whose scene fall is within the
+    limit (margin 0: the frontier is chosen on the test figures). Without the strengths the frontier
+    would not be a ceiling for the method, which may scale its LoRA down."""
     function = {"function": f"dynamic_treerpo.trainer.bench.tastes:{taste_name}"} if ":" not in taste_name \
         else {"function": taste_name}
     config = _config(budget, seed, f"function:{weight:g},scene:{1 - weight:g}", function,
-                     [*extra, "guard.strength_tries=0", "guard.margin=0"])
+                     [*extra, f"guard.strength_tries={budget.frontier_strengths}", "guard.margin=0"])
     trainer = Trainer(config)
     tracker = guard_trainer(trainer, trainer.eval_pairs, taste="function", log=_quiet, exclude_pairs=False)
     result = tracker.run(0, budget.iterations)
@@ -161,7 +164,8 @@ def frontier_run(budget: TasteBudget, seed: int, weight: float, taste_name: str,
     base = trail.base
     return {"weight": weight, "gain": 0.0 if best is None else best.taste - base.taste,
             "scene_change": 0.0 if best is None else best.guard - base.guard,
-            "iteration": 0 if best is None else best.iteration, "limit": trail.limit,
+            "iteration": 0 if best is None else best.iteration,
+            "strength": 1.0 if best is None else best.strength, "limit": trail.limit,
             "taste": (best or base).taste, "scene": (best or base).guard,
             "points": [asdict(p) for p in trail.points]}
 
@@ -233,12 +237,7 @@ def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extr
         keep["before"] = grid_images(probe)
     del probe
     result = SeedResult(seed, before["taste"], before["scene"])
-    for weight in budget.frontier_weights:
-        result.frontier[f"{weight:g}"] = run = frontier_run(budget, seed, weight, taste_spec, extra, keep)
-        log(f"{name} seed {seed} frontier at weight {weight:g}: taste {run['gain']:+.4f} at iteration "
-            f"{run['iteration']} (scene {run['scene_change']:+.4f})")
-    best = max(result.frontier.values(), key=lambda r: r["gain"])
-    result.oracle = {"taste": best["taste"], "scene": best["scene"], "weight": best["weight"]}
+    best = frontier_runs(budget, result, taste_spec, extra, log, keep)
     if keep is not None:  # one frontier row in the grid: the best weight's
         best_row = f"frontier {best['weight']:g}"
         keep = {k: v for k, v in keep.items() if not k.startswith("frontier") or k == best_row}
@@ -253,6 +252,21 @@ def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extr
     if grid is not None and keep:
         write_grid(keep, grid)
     return result
+
+
+def frontier_runs(budget: TasteBudget, result: SeedResult, taste_spec: str, extra: Sequence[str],
+                  log: Callable[[str], None], keep: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+    """The frontier at every weight into ``result`` (its ``frontier`` and ``oracle``); the best run."""
+    name = taste_spec.rpartition(":")[2]
+    result.frontier = {}
+    for weight in budget.frontier_weights:
+        run = frontier_run(budget, result.seed, weight, taste_spec, extra, keep)
+        result.frontier[f"{weight:g}"] = run
+        log(f"{name} seed {result.seed} frontier at weight {weight:g}: taste {run['gain']:+.4f} at iteration "
+            f"{run['iteration']}, strength {run['strength']:g} (scene {run['scene_change']:+.4f})")
+    best = max(result.frontier.values(), key=lambda r: r["gain"])
+    result.oracle = {"taste": best["taste"], "scene": best["scene"], "weight": best["weight"]}
+    return best
 
 
 def _grid_count(budget: TasteBudget) -> int:
@@ -307,38 +321,79 @@ def seed_results(data: dict[str, Any]) -> list[SeedResult]:
     return out
 
 
+_FRONTIER_ONLY = ("frontier_strengths",)
+"""Budget fields that change the frontier alone: a resumed run with another value redoes only the frontier
+of the seeds already there (the person's trees and the method do not depend on it)."""
+
+
 def _per_seed(budget: dict[str, Any]) -> dict[str, Any]:
-    """The budget less its seed count: what each seed ran with (so a resumed run may add or drop seeds)."""
-    return {k: v for k, v in budget.items() if k != "seeds"}
+    """The budget less its seed count and frontier-only fields: what each seed's method ran with (so a
+    resumed run may add or drop seeds, or redo the frontier)."""
+    return {k: v for k, v in budget.items() if k != "seeds" and k not in _FRONTIER_ONLY}
+
+
+def _stored_budget(data: dict[str, Any]) -> dict[str, Any]:
+    """A ``taste.json``'s budget; one written before ``frontier_strengths`` existed had none (0)."""
+    return {"frontier_strengths": 0, **data["budget"]}
+
+
+def _redo_frontier(budget: TasteBudget, done: list[SeedResult], previous: dict[str, Any], taste: str,
+                   extra: Sequence[str], log: Callable[[str], None], grid: Path) -> bool:
+    """Redo the frontier of the stored seeds when a frontier-only field changed; whether it did. The grid's
+    frontier row shows the first seed's best point: when that point moves, the grid (which would need the
+    method's images again) is removed rather than left showing another point."""
+    stored = _stored_budget(previous)
+    if all(stored[k] == getattr(budget, k) for k in _FRONTIER_ONLY):
+        return False
+    for result in done:
+        was = _best_point(result)
+        frontier_runs(budget, result, taste, extra, log)
+        if result.seed == budget.first_seed and _best_point(result) != was and grid.exists():
+            grid.unlink()
+            log(f"{grid}: removed, its frontier row showed another point (a fresh run writes it again)")
+    return True
+
+
+def _best_point(result: SeedResult) -> tuple[Any, ...]:
+    best = max(result.frontier.values(), key=lambda r: r["gain"])
+    return best["weight"], best["iteration"], best.get("strength", 1.0)
 
 
 def run_taste(budget: TasteBudget, taste: str, out: Path, extra: Sequence[str] = (),
               log: Callable[[str], None] = print, command: str = "", resume: bool = False) -> dict[str, Any]:
     """Every seed of one taste into ``out/taste.json`` (written after each seed); with ``resume``, the
-    seeds already there are kept and the rest run (the same budget only)."""
-    from .taste_summary import summarise
-
+    seeds already there are kept (their frontier redone if only ``frontier_strengths`` changed) and the
+    rest run (the same budget otherwise)."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "taste.json"
     done: list[SeedResult] = []
     previous = _load(path) if resume else None
+    wanted = [budget.first_seed + k for k in range(budget.seeds)]
     if previous is not None:
-        if _per_seed(previous["budget"]) != _per_seed(json.loads(json.dumps(asdict(budget)))):
+        if _per_seed(_stored_budget(previous)) != _per_seed(json.loads(json.dumps(asdict(budget)))):
             raise ValueError(f"{path} was made with another budget: run without --resume into another --out")
         done = seed_results(previous)
-    wanted = [budget.first_seed + k for k in range(budget.seeds)]
+        if _redo_frontier(budget, done, previous, taste, extra, log, out / "before_after.png"):
+            _write(path, done, budget, taste, command, wanted)
     with tempfile.TemporaryDirectory(dir=out) as work:
         for seed in wanted:
             if any(r.seed == seed for r in done):
                 continue
             grid = out / "before_after.png" if seed == wanted[0] else None
             done.append(run_seed(budget, seed, taste, Path(work), extra, log, grid))
-            summary = summarise(done, budget, taste)
-            summary["per_seed"] = [asdict(r) for r in done]
-            summary["command"] = command
-            summary["complete"] = len(done) == len(wanted)
-            atomic_write_text(path, json.dumps(summary, indent=1) + "\n")
+            _write(path, done, budget, taste, command, wanted)
     return reload(out)
+
+
+def _write(path: Path, done: list[SeedResult], budget: TasteBudget, taste: str, command: str,
+           wanted: Sequence[int]) -> None:
+    from .taste_summary import summarise
+
+    summary = summarise(done, budget, taste)
+    summary["per_seed"] = [asdict(r) for r in done]
+    summary["command"] = command
+    summary["complete"] = all(any(r.seed == s for r in done) for s in wanted)
+    atomic_write_text(path, json.dumps(summary, indent=1) + "\n")
 
 
 def reload(out: Path) -> dict[str, Any]:
@@ -346,7 +401,7 @@ def reload(out: Path) -> dict[str, Any]:
     from .taste_summary import summarise
 
     data = json.loads((out / "taste.json").read_text(encoding="utf-8"))
-    b = data["budget"]
+    b = _stored_budget(data)
     budget = TasteBudget(**{**b, **{k: tuple(b[k]) for k in ("modes", "at", "frontier_weights")}})
     results = seed_results(data)
     summary = summarise(results, budget, data["taste"])

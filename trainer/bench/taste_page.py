@@ -96,13 +96,27 @@ def chosen_line(summary: dict[str, Any]) -> str:
         parts.append(f"{n} trees: {', '.join(picks)}")
     weights = ", ".join(f"{w}: {_ci(e)}" for w, e in summary["frontier"]["by_weight"].items())
     return (f"- **{summary['taste']}**: chosen (iteration@strength, per seed) {'; '.join(parts)}. "
-            f"Frontier by weight: {weights}.")
+            f"Frontier by weight: {weights}; its point per seed: {frontier_points(summary)}.")
+
+
+def frontier_points(summary: dict[str, Any]) -> str:
+    """The frontier's best point per seed (weight, iteration@strength), or that none was within the limit."""
+    out = []
+    for seed in summary["per_seed"]:
+        best = max(seed["frontier"].values(), key=lambda r: r["gain"])
+        strength = best.get("strength", 1.0)
+        at = f"{best['iteration']}" + (f"@{strength:g}" if strength != 1.0 else "")
+        out.append("none within the limit" if best["gain"] <= 0 else f"{best['weight']:g} at {at}")
+    return ", ".join(out)
 
 
 def _commands(summaries: Sequence[dict[str, Any]], command: str) -> list[str]:
-    """The commands that made the figures (each taste's run, in order) and, when it differs, this one."""
+    """The commands that made the figures (each taste's run, in order) and this one when it adds something:
+    a ``--report`` that only repeats a run which already wrote the page is left out, so reporting again
+    leaves the page as it was."""
     runs = list(dict.fromkeys(s.get("command") or command for s in summaries))
-    return runs if command in runs else [*runs, command]
+    repeats = command in runs or command.replace(" --report", "") in runs
+    return runs if repeats else [*runs, command]
 
 
 def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: str) -> str:
@@ -134,8 +148,12 @@ def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: st
         f"hidden taste, with a margin of {b['margin']:g} standard error. The **oracle frontier** trains the "
         "hidden taste itself as the reward at weights "
         + ", ".join(f"{w:g}" for w in b["frontier_weights"])
-        + " over the same budget, and per weight takes the best checkpoint whose scene fall on the test "
-        "pairs stays within the limit; the frontier is the largest of those gains. It reads the hidden "
+        + " over the same budget, and per weight takes the best checkpoint"
+        + (f", or lower LoRA strength of one past the limit ({b.get('frontier_strengths', 0)} tried per such "
+           "checkpoint, as the guard tries them),"
+           if b.get("frontier_strengths", 0) else " (at full LoRA strength only)")
+        + " whose scene fall on the test pairs stays within the limit (0 where none does); the frontier is "
+        "the largest of those gains. It reads the hidden "
         "taste and chooses on the test figures themselves, so it is an optimistic ceiling. Every figure "
         f"is on {b['eval_pairs']} held-out test prompt/seed pairs that neither training nor the guard saw: "
         f"means over {seeds} seeds with 95% t intervals (paired per seed where a difference is shown).",

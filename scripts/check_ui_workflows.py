@@ -190,9 +190,13 @@ async (load) => {
   } catch (err) {
     seen.thrown.push(`graphToPrompt: ${err}`);
   }
-  // close what this file opened, so that the next file starts on a bare canvas
-  shown('.p-dialog .p-dialog-close-button, .p-toast-message .p-toast-close-button').forEach((b) => b.click());
-  await new Promise((resolve) => setTimeout(resolve, 300));
+  // close what this file opened, so that the next file starts on a bare canvas; a dialog's closing
+  // animation takes longer on a loaded machine, so wait for it (up to 5 s), clicking again meanwhile
+  const closers = '.p-dialog .p-dialog-close-button, .p-toast-message .p-toast-close-button';
+  for (let tries = 0; tries < 25 && shown(closers).length; tries++) {
+    shown(closers).forEach((b) => b.click());
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
   return {seen, graph, nodes, output, dialogs, toasts,
           left: shown('.p-dialog').length};
 }

@@ -264,9 +264,14 @@ def frontier_runs(budget: TasteBudget, result: SeedResult, taste_spec: str, extr
         result.frontier[f"{weight:g}"] = run
         log(f"{name} seed {result.seed} frontier at weight {weight:g}: taste {run['gain']:+.4f} at iteration "
             f"{run['iteration']}, strength {run['strength']:g} (scene {run['scene_change']:+.4f})")
-    best = max(result.frontier.values(), key=lambda r: r["gain"])
+    best = best_frontier(result)
     result.oracle = {"taste": best["taste"], "scene": best["scene"], "weight": best["weight"]}
     return best
+
+
+def best_frontier(result: SeedResult) -> dict[str, Any]:
+    """The frontier's run with the most taste over its weights."""
+    return max(result.frontier.values(), key=lambda r: r["gain"])
 
 
 def _grid_count(budget: TasteBudget) -> int:
@@ -355,7 +360,7 @@ def _redo_frontier(budget: TasteBudget, done: list[SeedResult], previous: dict[s
 
 
 def _best_point(result: SeedResult) -> tuple[Any, ...]:
-    best = max(result.frontier.values(), key=lambda r: r["gain"])
+    best = best_frontier(result)
     return best["weight"], best["iteration"], best.get("strength", 1.0)
 
 

@@ -12,8 +12,10 @@ from dynamic_treerpo.trainer.core.advantages import (
     edge_advantages,
     node_values,
     normalise_in_groups,
+    reward_mix_rule,
 )
 from dynamic_treerpo.trainer.core.flow import make_sigmas
+from dynamic_treerpo.trainer.core.objective import LossConfig
 from dynamic_treerpo.trainer.core.strategies import DanceGRPOConfig, TreeConfig, build_plan
 from dynamic_treerpo.trainer.core.tree import rollout
 
@@ -95,6 +97,28 @@ def test_multi_reward_normalises_each_then_weights() -> None:
     assert combine_rewards(single, torch.zeros(2, dtype=torch.long)).tolist() == pytest.approx([0.3, 0.9])
     with pytest.raises(ValueError, match="2 rewards need 2 weights"):
         combine_rewards(rewards, groups, torch.tensor([1.0]))
+
+
+def test_raw_mix_is_the_weighted_sum_of_the_scores() -> None:
+    """Flow-GRPO's and DiffusionNFT's rule: the weights as given on the raw scores, no normalisation."""
+    rewards = torch.tensor([[1.0, 10.0], [0.0, 20.0], [3.0, 30.0], [2.0, 40.0]])
+    groups = torch.tensor([0, 0, 1, 1])
+    out = combine_rewards(rewards, groups, torch.tensor([0.5, 2.0]), "raw")
+    assert out.tolist() == pytest.approx([20.5, 40.0, 61.5, 81.0])
+    assert combine_rewards(rewards, groups, rule="raw").tolist() == pytest.approx([5.5, 10.0, 16.5, 21.0])
+    with pytest.raises(ValueError, match="unknown reward mix rule"):
+        combine_rewards(rewards, groups, rule="sum")  # type: ignore[arg-type]
+
+
+def test_the_mix_rule_follows_the_std_scope_unless_named() -> None:
+    assert reward_mix_rule("auto", "global") == "raw"
+    assert reward_mix_rule("auto", "group") == reward_mix_rule("auto", "batch") == "normalised"
+    assert reward_mix_rule("normalised", "global") == "normalised"
+    assert reward_mix_rule("raw", "group") == "raw"
+    assert LossConfig().mix_rule == "normalised"  # the tree's default: MixGRPO's rule
+    assert LossConfig(advantage_std="global").mix_rule == "raw"
+    with pytest.raises(ValueError, match="unknown reward_mix"):
+        LossConfig(reward_mix="sum")  # type: ignore[arg-type]
 
 
 def test_advantages_are_clipped() -> None:

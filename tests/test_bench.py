@@ -1,6 +1,8 @@
-"""``treerpo bench protocol``: the arms and clip treatments, the fixed checkpoints, the whole protocol
-on stand-in runs (the target fixed before any test run, the grid extended, the families adjusted), the
-report from protocol.json alone, and quick runs of every arm (embedded) and of a tiny random FLUX."""
+"""``treerpo bench protocol``: the arms and clip treatments, the fixed checkpoints and the evaluations
+every iteration until the target, the whole protocol on stand-in runs (the target fixed before any test
+run, the grid extended, the families adjusted), its two parts (main, then ablations, each resumable),
+the wall-time estimate, the report from protocol.json alone, and quick runs of every arm (embedded)
+and of a tiny random FLUX."""
 
 from __future__ import annotations
 
@@ -29,9 +31,10 @@ from dynamic_treerpo.trainer.bench.arms import (
     select_arms,
     treatment_problem,
 )
-from dynamic_treerpo.trainer.bench.claims import all_tests
+from dynamic_treerpo.trainer.bench.claims import all_tests, primary_tests
 from dynamic_treerpo.trainer.bench.report import summary_rows, write_report
-from dynamic_treerpo.trainer.bench.results import FORMAT, Budget, Run, load
+from dynamic_treerpo.trainer.bench.results import FORMAT, PRIMARY_CLAIMS, Budget, ProtocolResult, Run, load
+from dynamic_treerpo.trainer.bench.stats import seeds_for_exact
 from dynamic_treerpo.trainer.cli import main
 from dynamic_treerpo.trainer.config.files import load_config
 from dynamic_treerpo.trainer.config.schema import TrainConfig
@@ -147,17 +150,46 @@ def test_every_arm_is_measured_at_the_same_fixed_checkpoints(monkeypatch: pytest
     assert capped.second_marks[-1] == len(capped.points) - 1
 
 
+def test_a_run_watching_its_target_is_evaluated_every_iteration_until_it_reaches_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One checkpoint per budget (the last iteration, 8): timed on the checkpoints, the run would reach a
+    gain of 0.035 at 64 images; evaluated every iteration until it, at iteration 4 (0.44 >= 0.435)."""
+    clock = SimpleNamespace(cpu=0.0, wall=0.0)
+    monkeypatch.setattr(protocol, "time", SimpleNamespace(process_time=lambda: clock.cpu,
+                                                          perf_counter=lambda: clock.wall))
+    config = load_config(TrainConfig, None, ["data.prompts_per_iteration=1"])  # 8 images per iteration
+    budget = Budget(images=64, seeds=2, checkpoints=1)
+    watched = protocol.train_run(FakeTrainer(clock, 0.5, 8), config, "arm", budget, 8.0, "cpu",
+                                 target_gain=0.035)
+    assert [p["iteration"] for p in watched.points] == [0, 1, 2, 3, 4, 8]  # then the checkpoint only
+    assert watched.image_marks == watched.second_marks == [5] and watched.target_gain == 0.035
+    assert watched.time_to(0.035, "images", "cpu") == 32 and watched.time_to(0.035, "seconds", "cpu") == 4.0
+    assert watched.time_to(0.015, "images", "cpu") == 16  # a smaller gain: every iteration until it too
+    assert watched.per_iteration(0.035) and not watched.per_iteration(0.05)
+    assert watched.time_to(0.05, "images", "cpu") == 64  # past the watched gain: the checkpoints' time
+    clock.cpu = clock.wall = 0.0
+    plain = protocol.train_run(FakeTrainer(clock, 0.5, 8), config, "arm", budget, 8.0, "cpu")
+    assert [p["iteration"] for p in plain.points] == [0, 8] and plain.target_gain is None
+    assert plain.time_to(0.035, "images", "cpu") == 64  # the checkpoint grid decides it
+    # the same training either way: the evaluations change nothing but the time's resolution
+    assert watched.points[-1]["reward"] == plain.points[-1]["reward"]
+    assert watched.iteration_cpu_s == plain.iteration_cpu_s
+
+
 # ----------------------------------------------------------------------------- the protocol on stand-in runs
 GAINS = {TREE: 0.06, TREE_EULER: 0.05, "mixgrpo": 0.02, "mixgrpo_flash": 0.03, "flow_grpo_fast": 0.04}
 PEAKS = {"mixgrpo": 1e-4}  # below the grid: the sweep must extend it twice
+SLOPES: dict[str, float] = {}  # an arm's reward per checkpoint, when not the default (a test sets it)
 
 
-def _stand_in_run(arm: str, seed: int, lr: float, treatment: str, budget: Budget, seconds: float) -> Run:
-    """One point per checkpoint serving both budgets; the tree learns fastest. Seeds differ by arm (the
-    noise's phase, the images a checkpoint overshoots by), so paired differences vary over seeds, as
-    real ones do (identical ones get the sign-flip test, which 3 seeds cannot pass)."""
+def _stand_in_run(arm: str, seed: int, lr: float, treatment: str, budget: Budget, seconds: float,
+                  target_gain: float | None = None) -> Run:
+    """One point per checkpoint serving both budgets, each an iteration (so a run watching its target
+    is evaluated at every iteration); the tree learns fastest. Seeds differ by arm (the noise's phase,
+    the images a checkpoint overshoots by), so paired differences vary over seeds, as real ones do
+    (identical ones get the sign-flip test, which 3 seeds cannot pass)."""
     tree = arm in (TREE, TREE_EULER)
-    slope = 0.03 if tree else 0.004
+    slope = SLOPES.get(arm, 0.03 if tree else 0.004)
     phase = seed if tree else 2 * seed
     n = budget.checkpoints
     points = [{"iteration": 0, "images": 0.0, "cpu_s": 0.0, "wall_s": 0.0, "reward": 0.45}]
@@ -166,13 +198,14 @@ def _stand_in_run(arm: str, seed: int, lr: float, treatment: str, budget: Budget
                        "wall_s": seconds * k / n / 2, "reward": 0.45 + slope * k + 0.001 * ((phase + k) % 3)})
     iteration_s = 1.0 if arm in (TREE, TREE_EULER) else 2.0 + 0.01 * seed
     return Run(arm, seed, lr, 16, treatment, points, list(range(1, n + 1)), list(range(1, n + 1)),
-               [iteration_s / 2] * n, [iteration_s] * n, [100] * n, [0.0] * n)
+               [iteration_s / 2] * n, [iteration_s] * n, [100] * n, [0.0] * n, target_gain=target_gain)
 
 
 def test_the_protocol_fixes_rates_and_target_from_validation_before_any_test_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "protocol"
-    budget = Budget(images=64, seeds=3, checkpoints=4, lrs=(4e-4, 8e-4, 1.6e-3), sweep_iterations=2)
+    budget = Budget(images=64, seeds=3, checkpoints=4, lrs=(4e-4, 8e-4, 1.6e-3), sweep_iterations=2,
+                    max_extensions=3, target_fraction=0.5)
     calls: list[tuple] = []
 
     def sweep_run(config, arm, budget, clock, test_seed):
@@ -183,16 +216,20 @@ def test_the_protocol_fixes_rates_and_target_from_validation_before_any_test_run
         return {"validation_reward": reward, "validation_base": 0.45, "median_cpu_s": 2.0,
                 "median_wall_s": 1.0, "test_prompts_in_validation": 0}
 
-    def full_run(config, arm, budget, seconds, clock, treatment):
+    def full_run(config, arm, budget, seconds, clock, treatment, target_gain=None):
         saved = json.loads((out / "protocol.json").read_text())
         if not any(c[0] == "test" for c in calls):  # the first test run: the target is on disk already
             assert saved["stage"] == "sweep" and saved["runs"] == []
             assert saved["target"]["gain"] == pytest.approx(0.5 * 0.04)  # half the median validation gain
-            assert saved["target"]["best_baseline"] == "flow_grpo_fast"
+            assert "best_baseline" not in saved["target"]  # no comparator is picked on validation
             assert saved["lrs"]["mixgrpo"] == pytest.approx(1e-4)
         assert config.data.eval_seed == 12345  # test runs measure on the test pairs
+        # a main arm as published watches the target (its time to it is resolved per iteration)
+        watches = arm.role == "main" and treatment.name == "published"
+        assert target_gain == (pytest.approx(0.02) if watches else None)
         calls.append(("test", arm.name, treatment.name, config.seed))
-        return _stand_in_run(arm.name, config.seed, config.optim.lr, treatment.name, budget, seconds)
+        return _stand_in_run(arm.name, config.seed, config.optim.lr, treatment.name, budget, seconds,
+                             target_gain)
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.setattr(protocol, "sweep_run", sweep_run)
@@ -221,20 +258,29 @@ def test_the_protocol_fixes_rates_and_target_from_validation_before_any_test_run
     assert {c[3] for c in calls if c[0] == "test"} == {0, 1, 2}
 
     saved = load(out)
-    assert saved.stage == "runs" and len(saved.runs) == len(result.runs)
+    assert saved.stage == "done" and len(saved.runs) == len(result.runs)
     tests = all_tests(result)
     primary = [t for t in tests if t.family == "primary"]
-    assert {t.group for t in primary} >= {"faster convergence per sample", "faster convergence per second",
-                                          "higher final reward", "about 50% training efficiency",
-                                          "LayerTuning-RL helps"}
+    assert [t.group for t in primary] == [
+        "faster convergence per sample", "faster convergence per second",
+        "higher final reward at equal images", "higher final reward at equal seconds",
+        "about 50% training efficiency, against 0.6x", "about 50% training efficiency, against 0.5x"]
+    assert len(primary) == PRIMARY_CLAIMS
+    assert {t.group for t in tests if t.family == "ablation"} >= {"LayerTuning-RL helps, at equal images",
+                                                                   "dynamic clipping helps (the default clip "
+                                                                   "vs none), at equal seconds"}
     assert all(t.p_adjusted >= t.p_value for t in tests if t.comparison is not None)
     assert all(t.p_exact_adjusted >= t.p_exact for t in tests if t.comparison is not None)
     by = {t.key: t for t in tests}
+    # every baseline, none picked: each claim about the tree holds one comparison per main baseline
+    for key in (f"reward:images:{TREE}:every", f"time:seconds:{TREE}:every"):
+        assert [c.against for c in by[key].components] == ["mixgrpo", "mixgrpo_flash", "flow_grpo_fast"]
+        assert by[key].p_value == max(c.p_value for c in by[key].components)  # the intersection-union p
     # the t test alone would call these met; with 3 seeds the exact test cannot go below 0.25, so the
     # verdict that needs both is inconclusive (tests/test_bench_exact.py: met at 10 seeds)
-    for key in (f"reward:images:{TREE}:flow_grpo_fast:published", f"efficiency:{TREE_EULER}:mixgrpo"):
+    for key in (f"reward:images:{TREE}:every", "efficiency:every:0.6", f"time:images:{TREE}:every"):
         assert by[key].p_adjusted < 0.05 and by[key].p_exact == 0.25 and by[key].verdict == "inconclusive"
-    assert by[f"time:images:{TREE}:flow_grpo_fast"].verdict == "descriptive"  # grid-resolved: no verdict
+    assert not by[f"time:seconds:{TREE}:every"].descriptive  # resolved per iteration: a verdict like the rest
     assert any(t.family == "secondary" and t.group == "clip treatment none" for t in tests)
 
     docs = tmp_path / "docs" / "results.md"
@@ -245,10 +291,12 @@ def test_the_protocol_fixes_rates_and_target_from_validation_before_any_test_run
     data = write_report(result, tmp_path / "report", docs)
     text = docs.read_text()
     assert "# old page" not in text and text.rstrip().endswith(kept)  # the taste section is carried over
-    for needle in ("Holm-adjusted within each family", "held-out reward at the image budget",
+    for needle in ("Holm-adjusted within its family", "held-out reward at the image budget",
                    "exact sign-flip (permutation) test", "Holm p, exact", "tested against 0.5x",
-                   "its half-width",
-                   "## The paper's claims on this test bed (primary family)",
+                   "its half-width", "intersection-union test (Berger 1982",
+                   "### Each comparison of the claims",
+                   "## The paper's claims on this test bed (primary family)", "(iteration 1)",
+                   "## The paper's ablation claims (ablation-claims family)",
                    "### Like for like (secondary family)", "under each clip treatment", "restricted mean",
                    "**0.0001: ", "Every chosen rate is inside its range",
                    "fixed from the sweep before any test run",
@@ -270,6 +318,176 @@ def test_report_refuses_an_old_protocol_json_in_one_line(tmp_path: Path,
     assert "not found: run `treerpo bench protocol" in capsys.readouterr().err
 
 
+def _stand_ins(monkeypatch: pytest.MonkeyPatch, calls: list[tuple]) -> None:
+    """protocol.sweep_run and full_run replaced by stand-ins that record each test run in ``calls``."""
+    def sweep_run(config, arm, budget, clock, test_seed):
+        peak = PEAKS.get(arm.name, 8e-4)
+        reward = 0.45 + GAINS.get(arm.name, 0.01) - 0.005 * abs(math.log2(config.optim.lr / peak))
+        return {"validation_reward": reward, "validation_base": 0.45, "median_cpu_s": 2.0,
+                "median_wall_s": 1.0, "eval_wall_s": 0.5, "test_prompts_in_validation": 0}
+
+    def full_run(config, arm, budget, seconds, clock, treatment, target_gain=None):
+        calls.append((arm.name, treatment.name, config.seed, target_gain))
+        return _stand_in_run(arm.name, config.seed, config.optim.lr, treatment.name, budget, seconds,
+                             target_gain)
+
+    monkeypatch.setattr(protocol, "sweep_run", sweep_run)
+    monkeypatch.setattr(protocol, "full_run", full_run)
+
+
+def test_the_main_part_then_the_ablation_part_continue_one_protocol_json(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out, calls = tmp_path / "protocol", []
+    _stand_ins(monkeypatch, calls)
+    budget = Budget(images=64, seeds=3, checkpoints=4, lrs=(4e-4, 8e-4, 1.6e-3), sweep_iterations=2,
+                    max_extensions=3, target_fraction=0.5)
+    base = ["data.prompts_per_iteration=2"]
+    arms = select_arms(",".join([*GAINS, "no LayerTuning", "no clip"]))
+    lines: list[str] = []
+    main_part = protocol.run_protocol(budget, base, None, arms, lines.append, out, part="main")
+    # the main part: the sweep and the main arms as published, each watching the target; nothing else
+    assert main_part.parts == ["main"] and main_part.treatments == [] and main_part.stage == "done"
+    assert {a.role for a in main_part.arms} == {"main"} and set(main_part.part_wall_s) == {"main"}
+    assert {(c[0], c[1]) for c in calls} == {(name, "published") for name in GAINS}
+    assert all(c[3] == pytest.approx(main_part.target["gain"]) for c in calls)
+    assert any("--part ablations" in line for line in lines)
+    tests = all_tests(main_part)
+    assert [t.family for t in tests].count("primary") == PRIMARY_CLAIMS
+    assert not any(t.family == "ablation" or t.group.startswith("clip treatment") for t in tests)
+    data = write_report(main_part, tmp_path / "main_report")
+    text = (tmp_path / "main_report" / "results.md").read_text()
+    assert "Only the main part has run" in text and "these claims are not tested on this page" in text
+    assert {t["family"] for t in data["tests"]} == {"primary", "secondary"}
+
+    # the ablation part continues the same protocol.json: ablation arms at the tree's rate, treatments
+    main_runs = len(calls)
+    saved = load(out)
+    lines.clear()
+    both = protocol.run_ablations(saved, budget, base, None, arms, lines.append, out)
+    assert both.parts == ["main", "ablations"] and both.stage == "done"
+    assert both.lrs["no clip"] == both.lrs[TREE] and both.sweep == main_part.sweep
+    new = calls[main_runs:]
+    assert {c[0] for c in new if c[1] == "published"} == {"no LayerTuning", "no clip"}
+    assert {c[1] for c in new} == {"published", "rescale-all", "none"} and all(c[3] is None for c in new)
+    assert not any(c[1] == "published" and c[0] in GAINS for c in new)  # the main runs are not run again
+    assert any(line.startswith("expected: the ablation part") for line in lines)
+    assert any(line.startswith("plan: test 3 seeds x 2 arms = 6 runs (+ up to 12 runs of the clip "
+                               "treatments)") for line in lines)
+    assert not any(line.startswith("warning") for line in lines)  # the 150-minute warning is the main part's
+    reloaded = load(out)
+    assert reloaded.parts == ["main", "ablations"] and set(reloaded.part_wall_s) == {"main", "ablations"}
+    families = {t.family for t in all_tests(reloaded)}
+    assert families == {"primary", "ablation", "secondary"}
+    write_report(reloaded, tmp_path / "report")
+    text = (tmp_path / "report" / "results.md").read_text()
+    assert "The main part (`--part main`) ran the sweep" in text
+    assert "| LayerTuning-RL helps, at equal images |" in text
+
+    # once started, the ablation part continues only with --resume, and runs only what is missing
+    with pytest.raises(ValueError, match="has started: continue it with --resume"):
+        protocol.run_ablations(load(out), budget, base, None, arms, print, out)
+    cut = load(out)
+    cut.runs = cut.runs[:-3]
+    cut.stage = "runs"
+    before = len(calls)
+    resumed = protocol.run_ablations(cut, budget, base, None, arms, print, out, resume=True)
+    assert len(calls) - before == 3 and len(resumed.runs) == len(reloaded.runs)
+    # the main part cannot be resumed once the ablations started, nor the ablations begun too early
+    with pytest.raises(ValueError, match="the ablation part has started"):
+        protocol.run_protocol(budget, base, None, arms, print, out, resume=load(out), part="main")
+    unfinished = load(tmp_path / "protocol")
+    unfinished.parts, unfinished.stage, unfinished.treatments = ["main"], "runs", []
+    unfinished.arms = [a for a in unfinished.arms if a.role == "main"]
+    with pytest.raises(ValueError, match="main part of this protocol has not finished"):
+        protocol.run_ablations(unfinished, budget, base, None, arms, print)
+    with pytest.raises(ValueError, match="cannot resume: the budget differs"):
+        protocol.run_ablations(load(out), replace_seeds(budget, 4), base, None, arms, print, resume=True)
+
+
+def test_the_two_commands_and_the_readme_table_from_the_command_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    _stand_ins(monkeypatch, [])
+    out, readme = tmp_path / "protocol", tmp_path / "README.md"
+    options = ["--seeds", "2", "--images", "64", "--checkpoints", "2", "--lrs", "0.0008", "--max-extensions",
+               "0", "--sweep-iterations", "1", "--arms", ",".join([*GAINS, "no clip"]), *THREADS,
+               "--set", "data.prompts_per_iteration=2", "--out", str(out)]
+    ablations = ["bench", "protocol", "--part", "ablations", *options]
+    assert main(ablations) == 2  # nothing to continue yet
+    assert "the ablation part continues a protocol; run its main part first" in capsys.readouterr().err
+    assert main(["bench", "protocol", *options]) == 0
+    assert "no primary claim can be met or not met (that needs at least 8 seeds)" in capsys.readouterr().out
+    assert load(out).parts == ["main"] and not any(r.arm == "no clip" for r in load(out).runs)
+    assert main(ablations) == 0
+    both = load(out)
+    assert both.parts == ["main", "ablations"] and any(r.arm == "no clip" for r in both.runs)
+    commands = both.command.splitlines()
+    assert len(commands) == 2 and "--part ablations" in commands[1] and "--part" not in commands[0]
+    assert "Generated by 2 commands, in order" in (out / "results.md").read_text()
+    assert main([*ablations, "--resume"]) == 0 and load(out).command == both.command  # not added twice
+    # the README's table, between its markers, from the report
+    readme.write_text("# x\n\n<!-- bench protocol claims: begin -->\nold\n"
+                      "<!-- bench protocol claims: end -->\nafter\n")
+    assert main(["bench", "report", "--out", str(out), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "\nold\n" not in text and text.endswith("<!-- bench protocol claims: end -->\nafter\n")
+    assert "| faster convergence per sample |" in text and "| dynamic clipping helps (the default clip vs " \
+        "none), at equal images |" in text
+    readme.write_text("no markers\n")
+    assert main(["bench", "report", "--out", str(out), "--readme", str(readme)]) == 2
+    assert "has no verdict table between" in capsys.readouterr().err
+
+
+def replace_seeds(budget: Budget, seeds: int) -> Budget:
+    return Budget.from_json({**json.loads(json.dumps(budget.__dict__)), "seeds": seeds})
+
+
+def test_the_default_seeds_let_the_exact_test_reach_the_primary_familys_threshold(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert PRIMARY_CLAIMS == 6 and seeds_for_exact(PRIMARY_CLAIMS) == 8 == Budget().seeds
+    assert 6 * 2 / 2**8 < 0.05 <= 6 * 2 / 2**7  # 8 is the fewest
+    assert protocol.seeds_text(8) is None
+    assert "no primary claim can be met or not met (that needs at least 8 seeds)" in protocol.seeds_text(3)
+    _stand_ins(monkeypatch, [])
+    budget = Budget(images=64, seeds=2, checkpoints=2, lrs=(8e-4,), max_extensions=0, sweep_iterations=1)
+    arms = select_arms(",".join(GAINS))
+    result = protocol.run_protocol(budget, ["data.prompts_per_iteration=2"], None, arms, lambda _: None,
+                                   part="main")
+    assert len(primary_tests(result)) == PRIMARY_CLAIMS  # the family the default seeds are sized for
+
+
+def _estimate_bed() -> ProtocolResult:
+    """A protocol after its sweep, by hand: the tree 1 CPU s an iteration, MixGRPO 2; wall 0.5 of CPU."""
+    sweep = [{"arm": TREE, "lr": 1e-3, "validation_reward": 0.51, "validation_base": 0.45,
+              "median_cpu_s": 1.0, "median_wall_s": 0.5, "eval_wall_s": 3.0, "extension": 0},
+             {"arm": "mixgrpo", "lr": 1e-3, "validation_reward": 0.466, "validation_base": 0.45,
+              "median_cpu_s": 2.0, "median_wall_s": 1.0, "eval_wall_s": 3.0, "extension": 0}]
+    target = {"gain": 0.019, "usable": True, "validation_gains": {TREE: 0.06, "mixgrpo": 0.016}}
+    arms = [a for a in MAIN_ARMS if a.name in (TREE, "mixgrpo")]
+    return ProtocolResult(Budget(images=64, seeds=8, checkpoints=4, sweep_iterations=2), [], None, "cpu", 8.0,
+                          16, sweep, {TREE: 1e-3, "mixgrpo": 1e-3}, target, arms)
+
+
+def test_the_main_parts_wall_time_is_estimated_and_warned_past_150_minutes() -> None:
+    result = _estimate_bed()
+    # per run: the tree max(4, min(16, 8 / 1)) = 8 iterations, MixGRPO max(4, 8 / 2) = 4; wall 0.5 x CPU:
+    # training 8 seeds x (8 x 1 + 4 x 2) x 0.5 = 64 s. Evaluations 3 s each, 1 + 2 x 4 at the checkpoints
+    # and every iteration until the target: ceil(2 x 0.019 / 0.06) = 1 (tree), ceil(2 x 0.019 / 0.016) = 3
+    # (MixGRPO): 8 x (10 + 12) x 3 = 528 s
+    runs, watched = {TREE: 8, "mixgrpo": 8}, {TREE, "mixgrpo"}
+    assert protocol.estimate_s(result, runs, watched) == pytest.approx((64.0, 528.0))
+    assert protocol.estimate_s(result, runs, ()) == pytest.approx((64.0, 8 * 18 * 3.0))
+    lines = protocol.expected_text(result, runs, watched, done_s=600.0)
+    assert lines == ["expected: the main part (sweep and main arms) about 20 min of wall time: 10 min so "
+                     "far, 1 min of training in 16 test runs and about 9 min of evaluation (from the sweep's "
+                     "iteration and evaluation times)"]
+    late = protocol.expected_text(result, runs, watched, done_s=9000.0)
+    assert len(late) == 2 and late[1].startswith("warning: the main part is expected to take about 160 min, "
+                                                 "more than the 150 min")
+    assert len(protocol.expected_text(result, runs, watched, done_s=9000.0, main=False)) == 1
+    plan = protocol.plan_text(result.budget, result.arms, 16)
+    assert "test 8 seeds x 2 arms = 16 runs, each 4 iterations" in plan and "clip treatments" not in plan
+
+
 # ----------------------------------------------------------------------------- real quick runs
 def test_protocol_quick_runs_every_arm_and_writes_the_report(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -278,7 +496,7 @@ def test_protocol_quick_runs_every_arm_and_writes_the_report(
     printed = capsys.readouterr().out
     assert "plan: sweep" in printed and "faster convergence per sample:" in printed
     saved = json.loads((out / "protocol.json").read_text())
-    assert saved["format"] == FORMAT and saved["stage"] == "done"
+    assert saved["format"] == FORMAT and saved["stage"] == "done" and saved["parts"] == ["all"]
     ran = [a.name for a in runnable_arms((*MAIN_ARMS, *ABLATION_ARMS), lambda _: None)]
     assert [a["name"] for a in saved["arms"]] == ran
     assert {r["arm"] for r in saved["sweep"]} == {a.name for a in MAIN_ARMS if a.name in ran}
@@ -293,12 +511,18 @@ def test_protocol_quick_runs_every_arm_and_writes_the_report(
     assert all(r["seeds"] == [0, 1] and math.isfinite(r["final_eval_reward_ci95"]) for r in published)
     by = {r["arm"]: r for r in published}
     assert by[TREE]["rollout_nfe_per_image"] < by["mixgrpo_flash"]["rollout_nfe_per_image"]
-    assert {t["family"] for t in data["tests"]} == {"primary", "secondary"}
+    assert {t["family"] for t in data["tests"]} == {"primary", "ablation", "secondary"}
+    treated = {(r["arm"], r["treatment"]) for r in saved["runs"] if r["treatment"] != "published"}
+    assert {t for _, t in treated} == {"rescale-all", "none"}  # the clip treatments ran in the one command
+    watched = {r["arm"] for r in saved["runs"] if r["target_gain"] is not None}
+    main_ran = {a.name for a in MAIN_ARMS if a.name in ran}
+    assert watched == (main_ran if saved["target"]["usable"] else set())
     text = docs.read_text()
     for section in ("## Protocol", "## Learning-rate sweep", "### Like for like", "## The paper's claims"):
         assert section in text
     for claim in ("faster convergence per sample", "faster convergence per second", "higher final reward",
-                  "about 50% training efficiency", "LayerTuning-RL helps", "dynamic clipping helps"):
+                  "about 50% training efficiency", "LayerTuning-RL helps", "dynamic clipping helps",
+                  "## The paper's ablation claims (ablation-claims family)"):
         assert claim in text
     assert (docs.parent / "images" / "protocol_reward_vs_images.png").stat().st_size > 1000
     # the report rebuilds from protocol.json alone
@@ -323,6 +547,19 @@ def test_protocol_quick_runs_every_arm_and_writes_the_report(
     again = ["bench", "protocol", "--quick", *THREADS, "--seeds", "3", "--out", str(out), "--resume"]
     assert main(again) == 2
     assert "cannot resume: the budget differs" in capsys.readouterr().err
+
+
+def test_evaluating_every_iteration_changes_nothing_in_the_training() -> None:
+    """The extra evaluations of a run watching its target (never reached here: every iteration) leave
+    its training as it is, so they cannot favour the arms that get more of them."""
+    from dynamic_treerpo.trainer.training.loop import Trainer
+
+    config = arm_config([*protocol.bed_overrides(True, None), *THREADS[1:]], MAIN_ARMS[0], None, 1e-3, 0)
+    budget = Budget(images=24, seeds=2, checkpoints=1)
+    plain = protocol.train_run(Trainer(config), config, TREE, budget, None, "cpu")
+    watched = protocol.train_run(Trainer(config), config, TREE, budget, None, "cpu", target_gain=10.0)
+    assert len(watched.points) == len(plain.points) + len(plain.iteration_cpu_s) - 1  # every iteration
+    assert watched.points[-1]["reward"] == plain.points[-1]["reward"]
 
 
 def test_protocol_quick_on_a_tiny_flux_with_a_clip_reward(tmp_path: Path) -> None:

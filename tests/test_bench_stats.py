@@ -1,17 +1,28 @@
 """The protocol's statistics and the rules it fixes before any test run, without training: paired
-t tests, Holm's adjustment (against hand-computed values), restricted mean times with censoring,
+t tests, Holm's adjustment (against hand-computed values), the intersection-union test of a claim
+against every baseline (by hand, and its level by simulation), restricted mean times with censoring,
 the learning-rate grid's extension, the validation-only target, and disjoint validation/test pairs."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
 from dynamic_treerpo.trainer.bench import sweep as sweeping
-from dynamic_treerpo.trainer.bench.stats import holm, mean_ci95, one_sample, paired, verdict
-from dynamic_treerpo.trainer.bench.survival import capped, kaplan_meier, restricted_mean
+from dynamic_treerpo.trainer.bench.stats import (
+    Comparison,
+    holm,
+    intersection_union,
+    mean_ci95,
+    one_sample,
+    paired,
+    union_verdict,
+    verdict,
+)
+from dynamic_treerpo.trainer.bench.survival import capped, kaplan_meier, reached, restricted_mean
 from dynamic_treerpo.trainer.training.evaluate import eval_pairs_for, held_out_pairs, validation_pairs
 
 
@@ -78,6 +89,55 @@ def test_verdicts_come_from_the_adjusted_p_value() -> None:
     assert verdict(c, math.nan) == "inconclusive"
 
 
+# ----------------------------------------------------------------------------- against every baseline
+def _c(difference: float, p: float, p_exact: float) -> Comparison:
+    return Comparison(difference, difference - 0.1, difference + 0.1, p, 8, p_exact)
+
+
+def test_a_claim_against_every_baseline_is_the_intersection_union_test() -> None:
+    # every difference on the claimed side: the largest raw p-value of each test, no adjustment for 3
+    u = intersection_union([_c(0.2, 0.001, 0.008), _c(0.1, 0.03, 0.004), _c(0.3, 0.01, 0.02)])
+    assert (u.p_value, u.p_exact, u.for_claim, u.binding, u.binding_exact) == (0.03, 0.02, True, 1, 2)
+    assert union_verdict(u, 0.04, 0.04) == "met"
+    assert union_verdict(u, 0.04, 0.06) == "inconclusive"  # one test alone does not make a verdict
+    # one baseline on the other side: against the claim, Bonferroni over the 3 on the smallest of those
+    u = intersection_union([_c(0.2, 0.001, 0.008), _c(-0.1, 0.004, 0.008), _c(-0.3, 0.01, 0.004)])
+    assert not u.for_claim and (u.p_value, u.p_exact) == pytest.approx((0.012, 0.012))
+    assert (u.binding, u.binding_exact) == (1, 2)
+    assert union_verdict(u, 0.03, 0.03) == "not met" and union_verdict(u, 0.06, 0.03) == "inconclusive"
+    # a difference of 0 is not the claimed side; p-values are capped at 1
+    u = intersection_union([_c(0.2, 0.001, 0.008), _c(0.0, 0.9, 1.0)])
+    assert not u.for_claim and (u.p_value, u.p_exact) == (1.0, 1.0)
+    # lower is better (times): the claimed side is below 0
+    u = intersection_union([_c(-5.0, 0.01, 0.004), _c(-2.0, 0.02, 0.004)], higher_is_better=False)
+    assert u.for_claim and u.p_value == 0.02
+    # one comparison: the ordinary two-sided test
+    one = paired([0.50, 0.52, 0.49, 0.51, 0.53], [0.48, 0.51, 0.46, 0.50, 0.50])
+    u = intersection_union([one])
+    assert (u.p_value, u.p_exact, u.for_claim) == (one.p_value, one.p_exact, True)
+    with pytest.raises(ValueError, match="at least one comparison"):
+        intersection_union([])
+
+
+def test_the_intersection_union_test_keeps_its_level_without_an_adjustment() -> None:
+    """The least favourable case of "the tree beats all 3": it ties one baseline and beats the others
+    by far. Read at 0.05, the IUT (the largest p) says "met" at most 2.5% of the time (one-sided half of
+    a two-sided test); the smallest p, which an unadjusted pick of the best comparison would use, says
+    it every time."""
+    rng = np.random.default_rng(7)
+    runs = 4000
+    differences = rng.normal([0.0, 3.0, 3.0], 1.0, (runs, 8, 3))  # 8 seeds, 3 baselines
+    test = scipy_stats.ttest_1samp(differences, 0.0, axis=1)  # the t tests of one_sample, all at once
+    met = smallest = 0
+    for means, ps in zip(differences.mean(axis=1), test.pvalue, strict=True):
+        cs = [_c(float(m), float(p), float(p)) for m, p in zip(means, ps, strict=True)]
+        u = intersection_union(cs)
+        met += u.for_claim and u.p_value < 0.05
+        smallest += min(c.p_value for c in cs) < 0.05
+    assert met / runs < 0.035  # 0.025 expected; 0.035 is 4 standard errors above it
+    assert smallest / runs > 0.99
+
+
 # ----------------------------------------------------------------------------- time to target
 def test_restricted_mean_with_censoring_against_hand_computed_areas() -> None:
     # events at 2 and 4, a censoring at 4 and an event at 6, horizon 5:
@@ -91,6 +151,8 @@ def test_restricted_mean_with_censoring_against_hand_computed_areas() -> None:
     assert restricted_mean([10.0, 10.0], [False, False], 10) == 10.0  # none reached it
     assert restricted_mean([1.0, 1.0], [True, True], 10) == 1.0
     assert capped([3.0, None, 12.0], 10.0) == [3.0, 10.0, 10.0]
+    # reached past the budget (a run trains on to its other budget): censored there, not an event
+    assert reached([3.0, None, 12.0, 10.0], 10.0) == [True, False, False, True]
     with pytest.raises(ValueError, match="one event flag per time"):
         kaplan_meier([1.0], [])
 
@@ -125,7 +187,7 @@ def test_a_best_rate_at_the_grid_edge_extends_the_grid_until_it_is_inside() -> N
     assert short["far"]["chosen"] == pytest.approx(2e-4) and not short["far"]["inside"]
 
 
-def test_the_target_and_best_baseline_come_from_validation_rewards_only() -> None:
+def test_the_target_comes_from_validation_rewards_only() -> None:
     rows = []
     for arm, gain in (("dynamic_treerpo", 0.06), ("mixgrpo", 0.02), ("flow_grpo", 0.04)):
         rows += [{"arm": arm, "lr": 1e-3, "validation_reward": 0.45 + gain, "validation_base": 0.45},
@@ -135,8 +197,8 @@ def test_the_target_and_best_baseline_come_from_validation_rewards_only() -> Non
     assert target["usable"] and "median" in target["rule"]
     assert target["validation_gains"] == pytest.approx({"dynamic_treerpo": 0.06, "mixgrpo": 0.02,
                                                          "flow_grpo": 0.04})
-    assert sweeping.best_baseline(rows, ["mixgrpo", "flow_grpo"]) == "flow_grpo"
-    assert sweeping.best_baseline(rows, []) is None
+    assert sweeping.evaluation_seconds(rows) == 0.0  # not measured: no evaluation time in the estimate
+    assert sweeping.evaluation_seconds([{**r, "eval_wall_s": 2.0 + i} for i, r in enumerate(rows)]) == 4.5
     assert sweeping.best_rates(rows) == {"dynamic_treerpo": 1e-3, "mixgrpo": 1e-3, "flow_grpo": 1e-3}
     flat = [{**r, "validation_reward": 0.44} for r in rows]
     assert not sweeping.target(flat)["usable"]

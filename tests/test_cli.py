@@ -25,7 +25,8 @@ def test_nfe_json_rows_match_the_closed_form() -> None:
     assert out.returncode == 0, out.stderr
     rows = {r["strategy"]: r for r in json.loads(out.stdout)}
     assert set(rows) == {"dancegrpo", "mixgrpo", "mixgrpo_shared_trunk", "mixgrpo_flash",
-                         "dynamic_treerpo", "flow_grpo", "flow_grpo_fast", "branchgrpo", "diffusionnft"}
+                         "dynamic_treerpo", "flow_grpo", "flow_grpo_fast", "branchgrpo", "diffusionnft",
+                         "awm", "dgpo"}
     assert rows["diffusionnft"]["train_nfe"] == rows["diffusionnft"]["closed_form_train_nfe"] == 16 * 24 * 3
     for row in rows.values():
         assert {"strategy", "rollout_nfe", "train_nfe", "scored_images", "rollout_nfe_per_image",

@@ -1,4 +1,5 @@
-"""Several rewards as one: the spec, the binding of weights paths, and the group-normalised sum."""
+"""Several rewards as one: the spec, the binding of weights paths, the group-normalised sum and the
+raw weighted sum."""
 
 from __future__ import annotations
 
@@ -47,6 +48,24 @@ def test_group_normalisation_makes_scales_irrelevant_and_weights_count(monkeypat
     # a reward constant within a group carries no ranking there
     flat = RewardMix("a,b").training_signal({"reward_a": torch.ones(6), "reward_b": b}, groups)
     assert torch.allclose(flat, zb, atol=1e-3)
+
+
+def test_the_raw_rule_is_the_reported_reward(monkeypatch) -> None:
+    """Flow-GRPO's and DiffusionNFT's rule: the weighted sum of the raw scores, the ``reward`` a mix
+    reports, so their global std keeps the spread between prompts."""
+    from dynamic_treerpo.trainer.rewards import registry
+
+    monkeypatch.setitem(registry._REWARDS, "scene2", registry.RewardEntry("scene_reward", False, ""))
+    mix = RewardMix("scene:0.5,scene2:0.5")
+    scores = {"reward_scene": torch.tensor([0.2, 0.4, 0.9, 1.0]),
+              "reward_scene2": torch.tensor([1.0, 0.0, 0.5, 0.5])}
+    groups = torch.tensor([0, 0, 1, 1])
+    raw = mix.training_signal(scores, groups, "raw")
+    assert raw.tolist() == pytest.approx([0.6, 0.2, 0.7, 0.75])
+    images, prompts = torch.zeros(2, 3, 64, 64), ["a red circle", "a blue square"]
+    out = mix(images, prompts)
+    assert torch.allclose(mix.training_signal(out, torch.tensor([0, 1]), "raw"), out["reward"])
+    assert not torch.allclose(mix.training_signal(scores, groups), raw)  # the default: per-term normalised
 
 
 def test_mix_of_one_reward_is_that_reward_and_of_two_reports_each(monkeypatch) -> None:

@@ -115,8 +115,12 @@ def test_comfyui_file_carries_alpha_tensors(two_iterations: Path) -> None:
 # DiffusionNFT carries its old policy and the evaluation's average of the weights (every update here)
 @pytest.mark.parametrize("extra", [(), ("loss.prm_weight=tanh", "loss.prm_lambda=0.3"),
                                    ("strategy=diffusionnft", "diffusionnft.group_size=4",
-                                    "diffusionnft.decay_schedule=2", "data.eval_every=1")],
-                         ids=["default", "tanh", "diffusionnft"])
+                                    "diffusionnft.decay_schedule=2", "data.eval_every=1"),
+                                   ("strategy=awm", "awm.group_size=4", "awm.slow_decay_rate=0.2",
+                                    "data.eval_every=1"),
+                                   ("strategy=dgpo", "dgpo.group_size=4", "dgpo.slow_decay_rate=0.2",
+                                    "dgpo.switch_step=1", "data.eval_every=1")],
+                         ids=["default", "tanh", "diffusionnft", "awm", "dgpo"])
 def test_resume_equals_uninterrupted(tmp_path: Path, extra: tuple[str, ...]) -> None:
     straight = tmp_path / "straight"
     run_training(_config("iterations=4", *extra), straight, progress=False)
@@ -149,6 +153,30 @@ def test_diffusionnft_trains_on_its_leaves_with_an_old_policy() -> None:
     assert trainer.ema is not None  # its published evaluation averages the weights
     live, averaged = trainer.evaluate(average=False)[0], trainer.evaluate()[0]
     assert live["eval_reward"] != averaged["eval_reward"]
+
+
+@pytest.mark.parametrize("strategy", ["awm", "dgpo"])
+def test_awm_and_dgpo_keep_a_slow_copy_that_follows_the_trained_lora(strategy: str) -> None:
+    trainer = Trainer(_config(f"strategy={strategy}", f"{strategy}.group_size=4",
+                              f"{strategy}.slow_decay_rate=0.1", "iterations=3"), evaluation=False)
+    assert not trainer.samples_with_old  # AWM never samples with it; DGPO only after switch_step
+    for k in range(2):
+        before = [t.clone() for t in trainer.old.values]
+        row = trainer.step(k)
+        assert trainer.optimizer_steps == k + 1 and row["skipped_updates"] == 0
+        assert row["nfe_train"] == 2 * 4 * trainer.strategy.train_timesteps * 3  # theta, ref, slow copy
+        d = min(0.3, 0.1 * (k + 1))  # copy <- d copy + (1 - d) theta after the step
+        for old, b, param in zip(trainer.old.values, before, trainer.params, strict=True):
+            assert torch.allclose(old, d * b + (1 - d) * param.detach(), atol=1e-7)
+    assert trainer.ema is not None  # both publish an evaluation with an average of the weights
+
+
+def test_dgpo_samples_with_its_slow_copy_after_the_switch() -> None:
+    trainer = Trainer(_config("strategy=dgpo", "dgpo.group_size=4", "dgpo.switch_step=1"), evaluation=False)
+    trainer.step(0)
+    assert not trainer.samples_with_old  # 1 step done: not past the switch yet
+    trainer.step(1)
+    assert trainer.samples_with_old
 
 
 def test_an_existing_run_is_never_overwritten(two_iterations: Path) -> None:
@@ -307,6 +335,10 @@ PUBLISHED_DIFFERENCES = {
                    "std_ddof": 1, "flat_std": 1e-6, "edge_weighting": "transition"},
     "diffusionnft": {"advantage": "leaf", "prm_lambda": 0.0, "advantage_std": "global",
                      "std_eps": 1e-4, "edge_weighting": "transition"},
+    "awm": {"advantage": "leaf", "prm_lambda": 0.0, "advantage_std": "global", "std_eps": 1e-4,
+            "edge_weighting": "transition"},
+    "dgpo": {"advantage": "leaf", "prm_lambda": 0.0, "std_eps": 1e-4, "edge_weighting": "transition",
+             "reward_mix": "raw"},
 }
 
 

@@ -148,19 +148,32 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                       "on equal images and equal seconds, over paired seeds; the paper's parts one at a time",
                       "runs/protocol", False)
     q.add_argument("--quick", action="store_true",
-                   help="a smoke run of every arm (2 seeds, a few iterations, tiny batches): what CI runs")
+                   help="a smoke run of every arm and part (2 seeds, a few iterations, tiny batches): "
+                        "what CI runs")
+    q.add_argument("--part", choices=("main", "ablations", "all"), default=None,
+                   help="main: the sweep and the main arms as published (the default); ablations: the "
+                        "ablation arms and the clip treatments, continuing the finished main part in --out "
+                        "at the rates its sweep fixed (the same options); all: both in one command "
+                        "(--quick's default)")
     q.add_argument("--arms", default=None, metavar="A,B,...",
-                   help="run only these arms (comma-separated names; default: all)")
-    q.add_argument("--seeds", type=int, default=None, help="seeds per arm (default 3; --quick 2)")
-    q.add_argument("--images", type=int, default=None, help="scored images per run (default 1536)")
+                   help="run only these arms (comma-separated names; default: all of the part's)")
+    q.add_argument("--seeds", type=int, default=None,
+                   help="seeds per arm (default 8: the fewest with which the exact test can reach the "
+                        "primary claims' Holm threshold; --quick 2)")
+    q.add_argument("--images", type=int, default=None, help="scored images per run (default 320)")
     q.add_argument("--seconds", type=float, default=None,
                    help="equal-seconds budget (default: MixGRPO's time for the image budget)")
     q.add_argument("--checkpoints", type=int, default=None,
-                   help="evaluations per budget, at k/N of it (default 8; --quick 2)")
+                   help="evaluations per budget, at k/N of it (default 2)")
     q.add_argument("--lrs", default=None, metavar="LR,LR,...",
                    help="the learning-rate grid (default 0.0004,0.0008,0.0016,0.0032)")
     q.add_argument("--max-extensions", type=int, default=None,
-                   help="rates added per arm while its best is at the grid's edge (default 3)")
+                   help="rates added per arm while its best is at the grid's edge (default 1)")
+    q.add_argument("--sweep-iterations", type=int, default=None,
+                   help="training iterations of each sweep run (default 3)")
+    q.add_argument("--max-iterations-factor", type=int, default=None,
+                   help="an arm still short of the equal-seconds budget stops after this many times the "
+                        "image budget's iterations (default 4)")
     q.add_argument("--clock", choices=("auto", "cpu", "wall"), default=None,
                    help="seconds of the equal-seconds budget: CPU seconds of the training process, wall "
                         "seconds, or auto (CPU on a CPU, wall on a GPU; the default)")
@@ -170,12 +183,15 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--docs", type=Path, default=None,
                    help="also write this results page (e.g. docs/results.md) and its plots beside it")
     q.add_argument("--resume", action="store_true",
-                   help="continue the protocol saved in --out (its sweep kept, finished runs skipped); "
+                   help="continue the part saved in --out (its sweep kept, finished runs skipped); "
                         "the same options as the run that saved it")
     q.set_defaults(func=_run_bench_protocol)
     r = kinds.add_parser("report", help="rebuild bench.json, the plots and results.md from protocol.json")
     r.add_argument("--out", type=Path, default=Path("runs/protocol"), help="the protocol's folder")
     r.add_argument("--docs", type=Path, default=None, help="also write this results page")
+    r.add_argument("--readme", type=Path, default=None,
+                   help="also rewrite the verdict table of this README (between its bench protocol claims "
+                        "markers) from the same figures")
     r.set_defaults(func=_run_bench_report)
     _bench_parser(kinds, "sampler", "tree sampler overhead and training memory at 16 and 64 leaves",
                   "runs/sampler", False).set_defaults(func=_run_bench_sampler)
@@ -228,7 +244,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     k.set_defaults(func=_run_bench_picking)
 
 
-BUDGET_FLAGS = ("seeds", "images", "seconds", "checkpoints", "lrs", "max_extensions", "clock")
+BUDGET_FLAGS = ("seeds", "images", "seconds", "checkpoints", "lrs", "max_extensions", "sweep_iterations",
+                "max_iterations_factor", "clock")
 
 
 def _protocol_command(args: argparse.Namespace) -> str:
@@ -237,6 +254,7 @@ def _protocol_command(args: argparse.Namespace) -> str:
 
     parts = ["treerpo", "bench", "protocol", *([args.config] if args.config else [])]
     parts += ["--quick"] if args.quick else []
+    parts += ["--part", args.part] if args.part else []
     parts += ["--task", args.task] if args.task != "taste" else []
     for flag in ("arms", *BUDGET_FLAGS):
         if getattr(args, flag) is not None:
@@ -247,22 +265,35 @@ def _protocol_command(args: argparse.Namespace) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def _run_bench_protocol(args: argparse.Namespace) -> int:
+def _commands(saved: str | None, command: str) -> str:
+    """The commands that made a protocol.json, one a line: a part's is added once (a resumed part's
+    command line is the one that started it)."""
+    lines = [] if saved is None else saved.splitlines()
+    return "\n".join(lines if command in lines else [*lines, command])
 
+
+def _run_bench_protocol(args: argparse.Namespace) -> int:
     from .bench.arms import select_arms
-    from .bench.protocol import bed_overrides, budget_for, run_protocol, save
+    from .bench.protocol import bed_overrides, budget_for, run_ablations, run_protocol, save
     from .bench.report import format_summary, write_report
+    from .bench.results import load
 
     budget = budget_for(args.quick, {flag: getattr(args, flag) for flag in BUDGET_FLAGS})
     arms = select_arms(args.arms)
     base = [*bed_overrides(args.quick, args.config, args.task), *args.overrides]
-    previous = None
-    if args.resume and (args.out / "protocol.json").is_file():
-        from .bench.results import load
-
+    part = args.part or ("all" if args.quick else "main")
+    saved = args.out / "protocol.json"
+    if part == "ablations":
+        if not saved.is_file():
+            raise ValueError(f"{saved} not found: the ablation part continues a protocol; run its main part "
+                             f"first (`treerpo bench protocol --out {args.out}`)")
         previous = load(args.out)
-    result = run_protocol(budget, base, args.config, arms, out=args.out, resume=previous)
-    result.command = _protocol_command(args)  # wall_s: the whole protocol's, a resumed one's included
+        result = run_ablations(previous, budget, base, args.config, arms, out=args.out, resume=args.resume)
+    else:
+        previous = load(args.out) if args.resume and saved.is_file() else None
+        result = run_protocol(budget, base, args.config, arms, out=args.out, resume=previous, part=part)
+    # wall_s: the whole protocol's, a resumed one's included
+    result.command = _commands(None if previous is None else previous.command, _protocol_command(args))
     save(result, args.out)
     print(format_summary(write_report(result, args.out, args.docs)))
     print(f"written: {args.out / 'protocol.json'}, {args.out / 'bench.json'}, {args.out / 'results.md'}"
@@ -275,7 +306,7 @@ def _run_bench_report(args: argparse.Namespace) -> int:
     from .bench.results import load
 
     result = load(args.out)
-    print(format_summary(write_report(result, args.out, args.docs)))
+    print(format_summary(write_report(result, args.out, args.docs, args.readme)))
     return 0
 
 

@@ -53,6 +53,8 @@ MAIN_ARMS = (
     Arm("flow_grpo_fast", "flow_grpo_fast", "euler", ("strategy=flow_grpo_fast",)),
     Arm("branchgrpo", "branchgrpo", "none (SDE to the end)", ("strategy=branchgrpo",)),
     Arm("diffusionnft", "diffusionnft", "dpm2m (deterministic, no SDE)", ("strategy=diffusionnft",)),
+    Arm("awm", "awm", "dpm2m, SDE where 0.3 <= sigma <= 0.9", ("strategy=awm",)),
+    Arm("dgpo", "dgpo", "dpm2m (deterministic, no SDE)", ("strategy=dgpo",)),
 )
 LIKE_FOR_LIKE = ((TREE_EULER, "mixgrpo"), (TREE, "mixgrpo_flash"))
 # the corrected spec's capping clip: element-mean log-probabilities, no spread rescale, bounds at
@@ -154,7 +156,8 @@ def treatment_problem(config: TrainConfig, arm: Arm, treatment: Treatment) -> st
 
 # --------------------------------------------------------------------------- equal images per iteration
 GROUP_SECTION = {"mixgrpo": "mixgrpo", "mixgrpo_flash": "mixgrpo", "dancegrpo": "dancegrpo",
-                 "flow_grpo": "flow_grpo", "flow_grpo_fast": "flow_grpo", "diffusionnft": "diffusionnft"}
+                 "flow_grpo": "flow_grpo", "flow_grpo_fast": "flow_grpo", "diffusionnft": "diffusionnft",
+                 "awm": "awm", "dgpo": "dgpo"}
 """The config section holding each baseline's ``group_size`` (images per prompt)."""
 
 

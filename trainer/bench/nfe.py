@@ -10,6 +10,8 @@ from dataclasses import replace
 
 import torch
 
+from ..core.awm import AWMConfig
+from ..core.dgpo import DGPOConfig
 from ..core.flow import make_sigmas
 from ..core.objective import LossConfig, backward_over_tree, prepare_targets
 from ..core.strategies import (
@@ -24,7 +26,9 @@ from ..core.strategies import (
     closed_form,
 )
 from ..core.tree import rollout
-from ..training.nft import nft_rows
+from ..training.awm import awm_backward
+from ..training.dgpo import dgpo_backward
+from ..training.nft import OldPolicy, nft_rows
 
 # the example of docs/algorithm.md's forward counts: T = 25, window at 10, depth 4, binary branching
 PAPER_TREE = TreeConfig(steps=25, window_start=10, depth=4, branching=2)
@@ -52,6 +56,8 @@ def strategy_configs(tree: TreeConfig = PAPER_TREE, mixgrpo: MixGRPOConfig | Non
         "mixgrpo_shared_trunk": replace(mix, share_trunk=True),
         "mixgrpo_flash": replace(mix, flash=True),
         "diffusionnft": DiffusionNFTConfig(steps=tree.steps, group_size=g),
+        "awm": AWMConfig(steps=tree.steps, group_size=g),
+        "dgpo": DGPOConfig(steps=tree.steps, group_size=g),
         "dynamic_treerpo": tree,
     }
 
@@ -71,6 +77,17 @@ def measure(config: StrategyConfig, steps: int) -> dict[str, float | int | str]:
         per_row = 3 if config.kl_beta > 0 else 2  # v_theta, v_old (and the reference)
         expected = closed_form(config)
         return {"rollout_nfe": tree.nfe, "train_nfe": rows * per_row, "train_edges": 0,
+                "scored_images": tree.leaf_node.numel(),
+                "rollout_nfe_per_image": tree.nfe / tree.leaf_node.numel(),
+                "closed_form_rollout_nfe": expected.rollout_nfe, "closed_form_train_nfe": expected.train_nfe,
+                "model_calls": tree.model_calls}
+    if isinstance(config, (AWMConfig, DGPOConfig)):  # re-noised leaves, counted by their training pass
+        backward = awm_backward if isinstance(config, AWMConfig) else dgpo_backward
+        sigmas = make_sigmas("shift", steps)
+        stats = backward(velocity, None, tree, rewards - rewards.mean(), sigmas, config, OldPolicy([weight]),
+                         velocity, 0, 0, None)
+        expected = closed_form(config)
+        return {"rollout_nfe": tree.nfe, "train_nfe": stats.nfe, "train_edges": 0,
                 "scored_images": tree.leaf_node.numel(),
                 "rollout_nfe_per_image": tree.nfe / tree.leaf_node.numel(),
                 "closed_form_rollout_nfe": expected.rollout_nfe, "closed_form_train_nfe": expected.train_nfe,

@@ -1,9 +1,11 @@
-"""docs/results.md: the protocol as run, its tables and the claims, from ``protocol.json`` alone.
+"""docs/results.md and the README's verdict table: the protocol as run, its tables and the claims,
+from ``protocol.json`` alone.
 
 The page states every rule a reader needs to judge a verdict (paired seeds, the t test and the
-exact sign-flip test of every comparison, Holm within two families, verdicts only where both
-adjusted tests agree, the fixed checkpoints, the target fixed from validation data, censored times
-to target, the clip treatments) next to the numbers, and which test made each figure.
+exact sign-flip test of every comparison, claims tested against every baseline, Holm within three
+families, verdicts only where both adjusted tests agree, what the exact test can reach with the
+seeds run, the fixed checkpoints, the target fixed from validation data, censored times to target
+resolved per iteration, the clip treatments) next to the numbers, and which test made each figure.
 """
 
 from __future__ import annotations
@@ -15,18 +17,21 @@ from typing import Any
 
 from .arms import LIKE_FOR_LIKE, TREE
 from .claims import (
+    BUDGETS,
     CLAIM_ABLATIONS,
     EFFICIENCY_AT_MOST,
     EFFICIENCY_HALF,
+    FAMILIES,
+    FAMILY_NAMES,
     Test,
-    baseline_margin,
+    capped_times,
     clock_label,
     family_size,
-    headline_pairs,
-    paired_times,
+    resolved_per_iteration,
+    time_where,
 )
-from .results import ProtocolResult
-from .stats import ALPHA, Comparison, exact_floor, mean_ci95, seeds_for_exact
+from .results import PRIMARY_CLAIMS, ProtocolResult
+from .stats import ALPHA, Comparison, claimed_side, exact_floor, mean_ci95, seeds_for_exact
 
 
 def _p(p: float | None) -> str:
@@ -59,15 +64,17 @@ def _test_cells(t: Test) -> str:
 
 def reach_text(tests: Sequence[Test], seeds: int) -> str:
     """What the exact test can establish with ``seeds`` seeds in each family: its smallest raw and
-    Holm-adjusted p-values, and the seeds its first verdict needs."""
+    Holm-adjusted p-values, whether a verdict is reachable, and the seeds one needs."""
     floor = exact_floor(seeds)
     parts = []
-    for family in ("primary", "secondary"):
+    for family in FAMILIES:
         m = family_size(tests, family)
         if m:
-            parts.append(f"in the {family} family ({_plural(m, 'test')}) its smallest Holm-adjusted p-value "
-                         f"is {min(1.0, m * floor):.3g}, and a verdict there needs at least "
-                         f"{seeds_for_exact(m)} seeds")
+            smallest = min(1.0, m * floor)
+            reach_one = ("a verdict is reachable" if smallest < ALPHA else
+                         f"no verdict is reachable (that needs at least {seeds_for_exact(m)} seeds)")
+            parts.append(f"in the {FAMILY_NAMES[family]} family ({_plural(m, 'test')}) its smallest "
+                         f"Holm-adjusted p-value is {smallest:.3g}: {reach_one}")
     reach = ", so no comparison on this page can be met or not met" if floor >= ALPHA else ""
     return (f"With {seeds} seeds the exact test's smallest p-value is 2/2^{seeds} = {floor:.3g}{reach}"
             + (": " + "; ".join(parts) if parts else "") + ".")
@@ -120,13 +127,44 @@ def budget_check(result: ProtocolResult) -> str:
             f"image budget, {ratio:.1f} times its half-width ({verdict}).")
 
 
-def _margin_words(result: ProtocolResult) -> str:
-    margin = baseline_margin(result)
-    if margin is None:
-        return ""
-    _, reward, runner, runner_reward = margin
-    return (f"; validation reward {reward:.4f} against the runner-up {runner}'s {runner_reward:.4f}: a "
-            f"margin of {reward - runner_reward:.4f}, on one sweep seed")
+def _parts_words(result: ProtocolResult) -> str:
+    """Which parts of the protocol ran, in the reader's words."""
+    if "all" in result.parts:
+        return "One command ran every part: the sweep, the main arms, the ablations and the clip treatments."
+    if "ablations" in result.parts:
+        return ("The main part (`--part main`) ran the sweep and the main arms; the ablation part (`--part "
+                "ablations`, continuing the same `protocol.json` at the rates the sweep fixed) the ablation "
+                "arms and the clip treatments.")
+    return ("Only the main part has run (the sweep and the main arms): the ablation claims, the other "
+            "ablations and the clip treatments follow with `--part ablations` and the same `--out`.")
+
+
+def per_iteration_times(result: ProtocolResult) -> bool:
+    """Whether the main arms' runs were evaluated every iteration until the target (so their times get
+    verdicts)."""
+    runs = [r for a in result.arms if a.role == "main" for r in result.runs_of(a.name)]
+    return result.target["usable"] and resolved_per_iteration(result, runs)
+
+
+CENSORING = ("A seed that has not reached the target within the budget is censored at the budget. Per "
+             "arm: the restricted mean time (the area under the Kaplan-Meier curve up to the budget; with "
+             "censoring only at the budget it equals the mean of min(time, budget)) and how many seeds "
+             "reached the target. Two arms are compared by the tests below on min(time, budget) per seed.")
+
+
+def _time_words(result: ProtocolResult) -> str:
+    if per_iteration_times(result):
+        return ("each main arm's run (as published) is evaluated after every iteration until its test "
+                "reward has reached the target, then at the checkpoints only, so its time is the images or "
+                "seconds spent at the first iteration at the target, not at the first checkpoint: the "
+                "checkpoint grid does not decide a comparison (the evaluations are not charged). "
+                f"{CENSORING} The tree's times are compared with every baseline's, and get verdicts like "
+                "the rewards.")
+    return ("these runs were evaluated at the checkpoints only, so a time is the images or seconds spent at "
+            "the first checkpoint that reached the target: times are resolved to the checkpoint grid (a seed "
+            f"that reached it at the first one may have needed fewer). {CENSORING} The time comparisons are "
+            "therefore reported as measurements, not verdicts (a protocol run since evaluates the main arms "
+            "every iteration until the target, and its times get verdicts).")
 
 
 def _protocol(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
@@ -152,6 +190,9 @@ def _protocol(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
     edges = ("Every chosen rate is inside its range." if not outside else
              f"The extension limit was hit for {', '.join(outside)}: the chosen rate is at an edge.")
     no_target = "" if target["usable"] else " It is not positive, so times to target are not measured."
+    baselines = ", ".join(result.baselines) or "none ran"
+    needed = seeds_for_exact(PRIMARY_CLAIMS)
+    treated = "the like-for-like pairs" if result.treatments else "the like-for-like pairs (not run yet)"
     bullets = {
         "Test bed":
             f"{bed}, with `{overrides}`: {result.images_per_iteration} scored images per iteration "
@@ -159,7 +200,8 @@ def _protocol(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
         "Arms":
             "each recipe as published (its own sampler, loss, updates per rollout and evaluation), "
             "Dynamic-TreeRPO with each tail, and the paper's parts switched off one at a time; run here: "
-            f"{', '.join(a.name for a in result.arms)}." + (f" Not run: {skipped}." if skipped else ""),
+            f"{', '.join(a.name for a in result.arms)}." + (f" Not run: {skipped}." if skipped else "")
+            + f" {_parts_words(result)}",
         "Budgets":
             f"equal scored images ({b.images} per run, {iterations} iterations) and equal training "
             f"seconds ({result.seconds:.3g} {label} seconds: {seconds_rule}); each run trains until it "
@@ -171,9 +213,8 @@ def _protocol(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
             f"every arm is measured at the same {b.checkpoints} checkpoints of each budget, "
             f"k/{b.checkpoints} of it: images {image_cps}; {label} seconds {second_cps}. A run is "
             "measured at its first iteration at or past each (and once before training); the "
-            "images and seconds it had actually spent then are what the plots and the times to "
-            "target use. No arm gets more evaluations than another (at most "
-            f"{2 * b.checkpoints + 1}).",
+            "images and seconds it had actually spent then are what the plots use. Every arm's rewards "
+            f"are compared at these checkpoints (at most {2 * b.checkpoints + 1} evaluations at them).",
         "Learning rates":
             f"each main arm is swept over {grid} ({_plural(b.sweep_iterations, 'iteration')}, seed "
             f"{b.sweep_seed}) and its rate chosen on validation pairs; when the best rate was the "
@@ -188,18 +229,11 @@ def _protocol(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
         "Target":
             f"fixed from the sweep before any test run: {target['rule']}. Validation gains: {gains}; "
             f"target gain {target['gain']:+.4f}.{no_target}",
-        "Time to target":
-            "a seed that has not reached the target at its last checkpoint is censored at the "
-            "budget. Per arm: the restricted mean time (the area under the Kaplan-Meier curve up "
-            "to the budget; with censoring only at the budget it equals the mean of min(time, "
-            "budget)) and how many seeds reached the target. Two arms are compared by the tests "
-            "below on min(time, budget) per seed. A time is the images or seconds spent at the first "
-            "checkpoint that reached the target, so times are resolved to the checkpoint grid (a seed "
-            "that reached it at the first one may have needed fewer), and the tree is compared with one "
-            "baseline, picked on validation (below). These comparisons are therefore reported as "
-            "measurements, not verdicts.",
+        "Time to target": _time_words(result),
         "Seeds and tests":
-            f"{b.seeds} per arm ({b.first_seed}..{b.first_seed + b.seeds - 1}). A seed gives "
+            f"{b.seeds} per arm ({b.first_seed}..{b.first_seed + b.seeds - 1}); the protocol's default is "
+            "the fewest with which the exact test below can reach the primary family's threshold after "
+            f"Holm: 2/2^n x {PRIMARY_CLAIMS} claims below {ALPHA} needs n = {needed}. A seed gives "
             "every arm the same prompts and LoRA initialisation, so two arms are compared by their "
             "per-seed differences, with two tests: the paired t test (scipy's `ttest_rel`; a ratio "
             "against a threshold: `ttest_1samp`), which assumes the differences are normal and has "
@@ -210,25 +244,36 @@ def _protocol(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
             "intervals. When every seed gives the same difference the t test is undefined (no spread) "
             "and its column shows the exact test's p. What the exact test can reach with this many "
             "seeds is said at the top of the page.",
+        "Against every baseline":
+            "each primary claim about the tree is tested against every main baseline that ran "
+            f"({baselines}), none picked on validation, and is met only when it is met against each one: an "
+            "intersection-union test (Berger 1982, Technometrics 24: 295-300), whose p-value is the largest "
+            "of its comparisons' raw p-values (the t tests' and the exact tests' apart), with no adjustment "
+            "for their number. It is not met when the tree is worse than at least one baseline: its p-value "
+            "is then k times the smallest raw p-value among the k comparisons against the claim "
+            "(Bonferroni). \"About 50% training efficiency\" is the same over the two like-for-like pairs. "
+            "The claim's p-values then enter the primary family's Holm adjustment. Each comparison is "
+            "listed under the claims with its raw p-values and direction; none is adjusted or read as a "
+            "verdict of its own.",
         "Multiple comparisons":
-            f"the primary family is the claims table ({_plural(family_size(tests, 'primary'), 'test')}); "
-            "the secondary family is every other comparison: like for like, ablations, clip treatments "
-            f"({_plural(family_size(tests, 'secondary'), 'test')}). Each test's p-values "
-            "are Holm-adjusted within each family; raw and adjusted are shown for both tests. A verdict "
+            "three families, each Holm-adjusted on its own: the primary family, the paper's claims about "
+            f"the main arms ({_plural(family_size(tests, 'primary'), 'test')}); the ablation-claims family, "
+            "the paper's claims that LayerTuning-RL and dynamic clipping help "
+            f"({_plural(family_size(tests, 'ablation'), 'test')}; run by the ablation part); and the "
+            "secondary family, every other comparison: like for like, the other ablations, the clip "
+            f"treatments ({_plural(family_size(tests, 'secondary'), 'test')}). Each test's p-values are "
+            "Holm-adjusted within its family; raw and adjusted are shown for both tests. A verdict "
             f"is **met** only when both adjusted p-values are below {ALPHA} and the difference lies on "
             f"the claimed side, **not met** only when both are below {ALPHA} on the other side, and "
             "**inconclusive** otherwise: a verdict that one test gives and the other does not is not "
-            "printed. Rows marked \"no verdict\" are measurements (times to target); they still count "
-            "in their family's adjustment.",
-        "Best baseline":
-            f"{target.get('best_baseline')}, the baseline with the highest validation reward at "
-            "its chosen rate (fixed before the test runs" + _margin_words(result) + ").",
+            "printed. Rows marked \"no verdict\" are measurements (times to target on the checkpoint "
+            "grid); they still count in their family's adjustment.",
         "Clip treatments":
             "as published, only the tree rescales its ratio clip to the measured ratio spread; "
             "the baselines keep their fixed bounds, which were measured not to bind on the embedded test "
-            "bed (the clip fraction below says how often each arm's did here). The headline pairs are also "
-            "run with the rescale on every arm (`rescale-all`) and on none (`none`); an arm that a treatment "
-            "does not change keeps its published runs.",
+            f"bed (the clip fraction below says how often each arm's did here). {treated[0].upper()}"
+            f"{treated[1:]} are also run with the rescale on every arm (`rescale-all`) and on none (`none`); "
+            "an arm that a treatment does not change keeps its published runs.",
     }
     return ["## Protocol", "", *(f"- **{k}:** {v}" for k, v in bullets.items()), ""]
 
@@ -303,33 +348,34 @@ def _pairs_tables(result: ProtocolResult, tests: dict[str, Test], rows: Sequence
             continue
         nfe = by[tree]["rollout_nfe_per_image"] / by[base]["rollout_nfe_per_image"]
         speed = by[tree]["median_iteration_s"] / by[base]["median_iteration_s"]
-        for axis, label in (("images", "equal images"), ("seconds", "equal seconds")):
+        for axis, label in BUDGETS:
             t = tests.get(f"reward:{axis}:{tree}:{base}:published")
             if t is not None:
                 lines.append(f"| {tree} vs {base} | {nfe:.2f}x | {speed:.2f}x | {label} | {_test_cells(t)} |")
-    lines += ["", "### The headline pairs under each clip treatment (secondary family)", "",
-              f"| pair | treatment | budget | {TEST_HEADER} |",
-              f"|---|---|---|{TEST_RULE}|"]
-    for a, b in headline_pairs(result):
-        for record in result.treatments:
-            for axis, label in (("images", "equal images"), ("seconds", "equal seconds")):
-                t = tests.get(f"reward:{axis}:{a}:{b}:{record['name']}")
-                if t is not None:
-                    lines.append(f"| {a} vs {b} | {record['name']} | {label} | {_test_cells(t)} |")
     lines.append("")
-    for record in result.treatments:
-        status = "; ".join(f"{arm} {s}" for arm, s in record["arms"].items())
-        lines.append(f"- `{record['name']}` ({record['description']}): {status or 'no headline arm ran'}.")
-    lines += ["", "The same pairs as published are the like-for-like rows above and the claims' \"higher "
-              "final reward\" rows below.", "",
-              f"![held-out reward against scored images]({image_dir}/protocol_reward_vs_images.png)", "",
+    if result.treatments:
+        lines += ["### The like-for-like pairs under each clip treatment (secondary family)", "",
+                  f"| pair | treatment | budget | {TEST_HEADER} |", f"|---|---|---|{TEST_RULE}|"]
+        for a, b in LIKE_FOR_LIKE:
+            for record in result.treatments:
+                for axis, label in BUDGETS:
+                    t = tests.get(f"reward:{axis}:{a}:{b}:{record['name']}")
+                    if t is not None:
+                        lines.append(f"| {a} vs {b} | {record['name']} | {label} | {_test_cells(t)} |")
+        lines.append("")
+        for record in result.treatments:
+            status = "; ".join(f"{arm} {s}" for arm, s in record["arms"].items())
+            status = status or "no like-for-like arm ran"
+            lines.append(f"- `{record['name']}` ({record['description']}): {status}.")
+        lines += ["", "The same pairs as published are the like-for-like rows above.", ""]
+    lines += [f"![held-out reward against scored images]({image_dir}/protocol_reward_vs_images.png)", "",
               f"![held-out reward against training seconds]({image_dir}/protocol_reward_vs_seconds.png)", ""]
     return lines
 
 
 def _ablations(result: ProtocolResult, tests: dict[str, Test], rows: Sequence[dict[str, Any]]) -> list[str]:
     by = {r["arm"]: r for r in rows if r["treatment"] == "published"}
-    if TREE not in by:
+    if TREE not in by or not any(a.role == "ablation" for a in result.arms):
         return []
     lines = ["## The paper's dynamic parts, one at a time (against the default tree)", "",
              "| part | variant | overrides | reward at equal images | budget | variant minus default (95% "
@@ -343,10 +389,10 @@ def _ablations(result: ProtocolResult, tests: dict[str, Test], rows: Sequence[di
         if arm.role != "ablation" or arm.name not in by:
             continue
         r = by[arm.name]
-        for axis, label in (("images", "equal images"), ("seconds", "equal seconds")):
+        for axis, label in BUDGETS:
             if arm.name in in_claims:  # the claim's test, default minus variant: read with the sign flipped
                 t = tests.get(f"reward:{axis}:{TREE}:{arm.name}:published")
-                note = "primary (the claim's test, read the other way round)"
+                note = "ablation claims (the claim's test, read the other way round)"
                 cells = None if t is None else _test_cells(_flipped(t))
             else:
                 t = tests.get(f"reward:{axis}:{arm.name}:{TREE}:published")
@@ -367,44 +413,99 @@ def _flipped(t: Test) -> Test:
     return replace(t, comparison=flipped, higher_is_better=not t.higher_is_better)
 
 
+def _direction(t: Test) -> str:
+    """A component's side: for the claim, against it, or none (a difference of 0)."""
+    c = t.comparison
+    if c is None:
+        return "not measured"
+    if c.difference == 0:
+        return "none (0)"
+    return "for the claim" if claimed_side(c, t.higher_is_better) else "against the claim"
+
+
+def _components(tests: Sequence[Test]) -> list[str]:
+    """Every comparison of the claims tested against several: raw p-values and side, nothing adjusted."""
+    rows = [(t, c) for t in tests for c in t.components]
+    if not rows:
+        return []
+    lines = ["### Each comparison of the claims", "",
+             "The comparisons each claim above is tested on, one per baseline (or like-for-like pair): raw "
+             "p-values, with no adjustment and no verdict of their own (the intersection-union test needs "
+             "none; picking one out as a verdict would need a correction over all of them).", "",
+             "| claim | against | difference (95% CI) | seeds | p, t test | p, exact | side |",
+             "|---|---|---|---|---|---|---|"]
+    for t, c in rows:
+        seeds = "" if c.seeds is None else str(c.seeds)
+        lines.append(f"| {t.group} | {c.against} | {c.value_text()} | {seeds} | {_p(c.p_value)} | "
+                     f"{_p(c.p_exact)} | {_direction(c)} |")
+    return [*lines, ""]
+
+
 def _claims(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
     lines = ["## The paper's claims on this test bed (primary family)", "",
              f"| claim | measure | {TEST_HEADER} |", f"|---|---|{TEST_RULE}|"]
     primary = [t for t in tests if t.family == "primary"]
     for t in primary:
         lines.append(f"| {t.group} | {t.measure} | {_test_cells(t)} |")
-    lines += ["", f"\"about 50% training efficiency\" is tested twice on the per-seed ratios of median "
+    lines += ["", "Each row is one claim against every comparator in its measure (an intersection-union "
+              "test: above). Its difference is the comparison that sets its t-test p-value: the weakest "
+              "win when every comparison lies on the claimed side, otherwise the strongest loss; its "
+              "p-values are the intersection-union ones (or, against the claim, the Bonferroni ones).", "",
+              f"\"about 50% training efficiency\" is tested twice on the per-seed ratios of median "
               f"iteration times: against {EFFICIENCY_AT_MOST}x (a generous reading, \"at most 0.6x\") and "
               f"against {EFFICIENCY_HALF}x (\"at most half\"), each with the one-sample t test and the exact "
-              "sign-flip test of ratio minus threshold; the claim is the ratio below the threshold. The "
-              "ratio itself, with its 95% t interval, is a measurement whatever the verdict.", ""]
+              "sign-flip test of ratio minus threshold, for both like-for-like pairs; the claim is the ratio "
+              "below the threshold. The ratio itself, with its 95% t interval, is a measurement whatever the "
+              "verdict.", ""]
     reasons = list(dict.fromkeys(t.descriptive for t in primary if t.descriptive))
     if reasons:
-        lines += [f"Time-to-target rows (\"no verdict\"): {'; '.join(reasons)}. Per seed, with the "
-                  "checkpoint (of the budget's "
-                  f"{result.budget.checkpoints}) at which each run was timed:", ""]
-    per_seed = _time_per_seed(result, primary)
-    if per_seed:
-        lines += [*per_seed, ""]
+        lines += [f"Time-to-target rows (\"no verdict\"): {'; '.join(reasons)}.", ""]
+    lines += _components(primary)
+    lines += _time_per_seed(result)
     return lines
 
 
-def _time_per_seed(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
-    """Per time-to-target row: each arm's min(time, budget) per seed, so a reader sees the grid."""
-    lines = []
-    for t in tests:
-        if not t.key.startswith("time:") or t.comparison is None:
-            continue
-        _, axis, a, b = t.key.split(":", 3)
-        rows = paired_times(result, a, b, axis)
-        unit = "images" if axis == "images" else f"{clock_label(result.clock)} seconds"
+def _ablation_claims(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
+    rows = [t for t in tests if t.family == "ablation"]
+    lines = ["## The paper's ablation claims (ablation-claims family)", ""]
+    if not rows:
+        return [*lines, "The ablation arms have not run here (`treerpo bench protocol --part ablations` with "
+                "the same `--out`), so these claims are not tested on this page.", ""]
+    lines += [f"| claim | measure | {TEST_HEADER} |", f"|---|---|{TEST_RULE}|"]
+    lines += [f"| {t.group} | {t.measure} | {_test_cells(t)} |" for t in rows]
+    return [*lines, ""]
 
-        def at(time: float, k: int | None) -> str:
-            return f"{time:.4g} ({'not reached' if k is None else f'checkpoint {k}'})"
 
-        per_seed = "; ".join(f"seed {seed}: {at(ta, ka)} against {at(tb, kb)}"
-                             for seed, ta, ka, tb, kb in rows)
-        lines.append(f"- {unit} to target, min(time, budget), {a} against {b}: {per_seed}.")
+def _time_per_seed(result: ProtocolResult) -> list[str]:
+    """Per main arm and seed: min(time to target, budget) and where it was timed (the iteration, or the
+    checkpoint on runs evaluated at the checkpoints only), so a reader sees what decided each time."""
+    if not result.target["usable"] or TREE not in {a.name for a in result.arms}:
+        return []
+    arms = [TREE, *result.baselines]
+    seeds = sorted({r.seed for name in arms for r in result.runs_of(name)})
+    if not seeds:
+        return []
+    lines = ["### Time to target per seed", "",
+             "min(time to target, budget) per seed, and where each run was timed: " +
+             ("the first iteration at the target (every iteration was evaluated until then)."
+              if per_iteration_times(result) else "the first checkpoint at the target (these runs were "
+                                                   "evaluated at the checkpoints only)."), ""]
+    for axis, _ in BUDGETS:
+        unit = "scored images" if axis == "images" else f"{clock_label(result.clock)} seconds"
+        lines += [f"| {unit} to target | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+                  "|---|" + "---|" * len(seeds)]
+        for name in arms:
+            runs = {r.seed: r for r in result.runs_of(name)}
+            cells = []
+            for seed in seeds:
+                run = runs.get(seed)
+                if run is None:
+                    cells.append("")
+                    continue
+                time = capped_times(result, [run], axis)[0]
+                cells.append(f"{time:.4g} ({time_where(result, run, axis)})")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
     return lines
 
 
@@ -423,24 +524,28 @@ GPU = (
     "  --set data.prompts=hpdv2_train.txt --set data.eval_prompts=hpdv2_test.txt \\",
     "  --set \"reward_weights={hps-v2.1: /models/HPS_v2.1_compressed.pt}\" \\",
     "  --set data.eval_pairs=64 \\",
-    "  --arms dynamic_treerpo_euler,mixgrpo,flow_grpo_fast,diffusionnft --seeds 3 --images 1024 \\",
+    "  --arms dynamic_treerpo_euler,mixgrpo,flow_grpo_fast,diffusionnft --images 1024 \\",
     "  --out runs/protocol_flux --docs runs/protocol_flux/results.md",
     "```",
     "",
     "- **Cost.** Before training the command prints its plan (runs x iterations) and, after the sweep, the "
-    "training time the sweep's iteration times predict. All 9 main arms and 7 ablations at 3 seeds is days "
-    "of FLUX training: choose arms (`--arms`; MixGRPO sets the equal-seconds budget, else give `--seconds`), "
+    "wall time the sweep's iteration and evaluation times predict for the part (with a warning when the "
+    "main part is expected past 150 min). Every main arm and ablation at the default seeds is days of FLUX "
+    "training: choose arms (`--arms`; MixGRPO sets the equal-seconds budget, else give `--seconds`), "
     "seeds (`--seeds`, at least 2 for the paired tests; a verdict needs the exact test too, which in a "
-    "family of m tests needs 2m/2^seeds below 0.05: 10 seeds for a family of 14), images (`--images`), "
-    "checkpoints (`--checkpoints`) "
-    "and rates (`--lrs`, `--max-extensions`). `--quick` is a smoke run of the same pipeline (2 seeds, one "
-    "prompt per iteration, 16 scored images per run).",
+    "family of m tests needs 2m/2^seeds below 0.05: the default, "
+    f"{seeds_for_exact(PRIMARY_CLAIMS)} seeds for the primary family's {PRIMARY_CLAIMS} claims), images "
+    "(`--images`), checkpoints (`--checkpoints`), rates (`--lrs`, `--max-extensions`, `--sweep-iterations`) "
+    "and parts (`--part main`, the default: the sweep and the main arms; `--part ablations` with the same "
+    "`--out` afterwards: the ablation arms and the clip treatments). `--quick` is a smoke run of the same "
+    "pipeline, every part in one command (2 seeds, one prompt per iteration, 16 scored images per run).",
     "- **Stopped runs.** `protocol.json` is saved after the sweep and after every test run; the same "
     "command with `--resume` keeps the sweep's rates and target and runs only what is missing (a different "
     "budget, bed or set of arms is refused in one line).",
     "- **Evaluation** is not charged to the budgets but takes time: `data.eval_pairs` images of "
-    "`sampling.eval_steps` steps at each of up to 2 x 8 + 1 checkpoints per run. The paper's 400 HPDv2 test "
-    "prompts at 25 steps, 17 times a run, would outlast the training: set `data.eval_pairs` (64 above).",
+    "`sampling.eval_steps` steps at each of up to 2 x 8 + 1 checkpoints per run, and after every iteration "
+    "of a main arm's run until it reaches the target. The paper's 400 HPDv2 test prompts at 25 steps, 17 "
+    "times a run, would outlast the training: set `data.eval_pairs` (64 above).",
     "- **Validation pairs** are drawn from the training prompt file (never from `data.eval_prompts`) with "
     "eval seed 777, leaving out every test prompt, so the training file must hold more distinct prompts "
     "than `data.eval_pairs`.",
@@ -471,19 +576,25 @@ SCOPE = (
 )
 
 
+def _header(result: ProtocolResult) -> list[str]:
+    """The commands that made the page's protocol.json, with the wall time of each part."""
+    commands = result.command.splitlines() or ["treerpo bench protocol"]
+    times = {"main": "main part", "ablations": "ablation part", "all": "every part"}
+    parts = "; ".join(f"{times.get(k, k)} {v / 60:.0f} min" for k, v in result.part_wall_s.items())
+    wall = f"wall time {result.wall_s / 60:.0f} min" + (f": {parts}" if len(result.part_wall_s) > 1 else "")
+    how = "one command" if len(commands) == 1 else f"{len(commands)} commands, in order"
+    return [f"Generated by {how} (it trains everything below; {wall}):", "", "```bash", *commands, "```"]
+
+
 def markdown(result: ProtocolResult, tests: Sequence[Test], rows: Sequence[dict[str, Any]],
              image_dir: str) -> str:
-    """docs/results.md: the protocol, its tables, plots and the claims table."""
+    """docs/results.md: the protocol, its tables, plots and the claims tables."""
     by_key = {t.key: t for t in tests}
     where = "the embedded test bed" if result.config is None else f"`{result.config}`"
     lines = [
         f"# Results: the paper's claims on {where}",
         "",
-        f"Generated by one command (it trains everything below; wall time {result.wall_s / 60:.0f} min):",
-        "",
-        "```bash",
-        result.command,
-        "```",
+        *_header(result),
         "",
         "Every figure below is computed from that run's `protocol.json` alone: `treerpo bench report --out "
         "<its --out folder> --docs <this page>` rebuilds the page without training. Each comparison shows "
@@ -501,8 +612,55 @@ def markdown(result: ProtocolResult, tests: Sequence[Test], rows: Sequence[dict[
         *_pairs_tables(result, by_key, rows, image_dir),
         *_ablations(result, by_key, rows),
         *_claims(result, tests),
+        *_ablation_claims(result, tests),
         *GPU,
         *SCOPE,
         "",
     ]
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the README's verdict table
+README_BEGIN = "<!-- bench protocol claims: begin -->"
+README_END = "<!-- bench protocol claims: end -->"
+
+
+def _test_words(t: Test) -> str:
+    """Which tests made a claim's p-values, in a few words."""
+    kind = ("one-sample t and exact sign-flip of the ratio minus the threshold"
+            if t.key.startswith("efficiency") else "paired t and exact sign-flip")
+    if t.components:
+        what = "pairs" if t.key.startswith("efficiency") else "baselines"
+        kind += f", against each of {len(t.components)} {what} (intersection-union)"
+    if t.descriptive:
+        kind += "; no verdict: times on the checkpoint grid"
+    return kind
+
+
+def readme_claims(result: ProtocolResult, tests: Sequence[Test]) -> str:
+    """The README's verdict table, between its markers: per claim of the primary and ablation-claims
+    families, the tests, the seeds, both Holm-adjusted p-values and the verdict ("met" and "not met"
+    only where both tests give it; everything else "inconclusive")."""
+    commands = " then ".join(f"`{c}`" for c in result.command.splitlines())
+    lines = [README_BEGIN,
+             f"Rendered by `treerpo bench report --readme` from the `protocol.json` of {commands} "
+             f"({result.budget.seeds} seeds per arm). Each claim's p-values are Holm-adjusted within its "
+             "family (the paper's claims about the main arms; its ablation claims).", "",
+             "| claim | measured (mean, 95% CI) | tests | seeds | Holm p: t test / exact | verdict |",
+             "|---|---|---|---|---|---|"]
+    for t in tests:
+        if t.family not in ("primary", "ablation"):
+            continue
+        verdict = t.verdict if t.verdict in ("met", "not met") else "inconclusive"
+        seeds = "" if t.seeds is None else str(t.seeds)
+        lines.append(f"| {t.group} | {t.value_text()} | {_test_words(t)} | {seeds} | {_p(t.p_adjusted)} / "
+                     f"{_p(t.p_exact_adjusted)} | {verdict} |")
+    return "\n".join([*lines, README_END])
+
+
+def with_readme_claims(text: str, table: str) -> str:
+    """``text`` (the README) with the block between its markers replaced by ``table``."""
+    start, end = text.find(README_BEGIN), text.find(README_END)
+    if start < 0 or end < start:
+        raise ValueError(f"the README has no verdict table between {README_BEGIN!r} and {README_END!r}")
+    return text[:start] + table + text[end + len(README_END):]

@@ -16,10 +16,10 @@ from typing import Any
 
 from ..utils.atomic import atomic_write_bytes, atomic_write_text
 from .claims import Test, all_tests, capped_times, clock_label, horizon, median_iteration_s
-from .page import markdown
+from .page import markdown, readme_claims, with_readme_claims
 from .results import FORMAT, ProtocolResult, Run
 from .stats import mean_ci95
-from .survival import restricted_mean
+from .survival import reached, restricted_mean
 from .taste_page import sections_of
 
 
@@ -30,8 +30,7 @@ def time_summary(result: ProtocolResult, runs: Sequence[Run], axis: str) -> dict
         return {"restricted_mean": math.nan, "reached": 0, "seeds": len(runs)}
     gain = result.target["gain"]
     limit = horizon(result, axis)
-    hits = [r.time_to(gain, axis, result.clock) for r in runs]
-    events = [t is not None for t in hits]  # reached at a checkpoint, the budget's included
+    events = reached([r.time_to(gain, axis, result.clock) for r in runs], limit)  # within the budget
     times = capped_times(result, runs, axis)
     return {"restricted_mean": restricted_mean(times, events, limit), "reached": sum(events),
             "seeds": len(runs), "per_seed": times}
@@ -98,23 +97,35 @@ def summary_rows(result: ProtocolResult) -> list[dict[str, Any]]:
     return rows
 
 
+def _number(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def test_row(t: Test) -> dict[str, Any]:
+    """One test for ``bench.json``: its figures and raw p-values, and (a family's row) the Holm ones,
+    the verdict and, for a claim against several comparators, each comparison (raw only)."""
+    c = t.comparison
+    row: dict[str, Any] = {
+        "family": t.family, "group": t.group, "key": t.key, "measure": t.measure,
+        "difference": None if c is None else c.difference, "ci95_low": None if c is None else c.low,
+        "ci95_high": None if c is None else c.high, "seeds": t.seeds,
+        "p_value": _number(t.p_value), "p_exact": _number(t.p_exact)}
+    if t.against:
+        row["against"] = t.against
+    if t.union is not None:
+        row["intersection_union"] = {"for_claim": t.union.for_claim, "comparisons": t.union.size}
+    if t.components:
+        row["components"] = [test_row(part) for part in t.components]
+    return row
+
+
 def test_rows(tests: Sequence[Test]) -> list[dict[str, Any]]:
     """``bench.json``'s tests: every comparison with the raw and Holm-adjusted p-values of its t test
     (``p_value``, ``p_holm``) and of its exact sign-flip test (``p_exact``, ``p_holm_exact``), and its
-    verdict (``descriptive``: why it is read as no verdict)."""
-    out = []
-    for t in tests:
-        c = t.comparison
-        out.append({"family": t.family, "group": t.group, "key": t.key, "measure": t.measure,
-                    "difference": None if c is None else c.difference,
-                    "ci95_low": None if c is None else c.low,
-                    "ci95_high": None if c is None else c.high, "seeds": None if c is None else c.n,
-                    "p_value": None if c is None else c.p_value,
-                    "p_holm": None if math.isnan(t.p_adjusted) else t.p_adjusted,
-                    "p_exact": None if c is None else c.p_exact,
-                    "p_holm_exact": None if math.isnan(t.p_exact_adjusted) else t.p_exact_adjusted,
-                    "verdict": t.verdict, "note": t.note, "descriptive": t.descriptive})
-    return out
+    verdict (``descriptive``: why it is read as no verdict); a claim against several comparators has
+    their intersection-union p-values and lists each comparison under ``components``."""
+    return [{**test_row(t), "p_holm": _number(t.p_adjusted), "p_holm_exact": _number(t.p_exact_adjusted),
+             "verdict": t.verdict, "note": t.note, "descriptive": t.descriptive} for t in tests]
 
 
 def plot(result: ProtocolResult, axis: str, out_png: Path, roles: tuple[str, ...] = ("main",)) -> None:
@@ -148,10 +159,22 @@ def plot(result: ProtocolResult, axis: str, out_png: Path, roles: tuple[str, ...
     atomic_write_bytes(out_png, buf.getvalue())
 
 
-def write_report(result: ProtocolResult, out: Path, docs: Path | None = None) -> dict[str, Any]:
+def taste_part(page: str) -> str:
+    """What ``bench taste`` wrote on a results page: from its first marked section to the end, the
+    prose written under its sections included; empty when it has none."""
+    sections = sections_of(page)
+    return page[page.index(sections[0]):] if sections else ""
+
+
+def write_report(result: ProtocolResult, out: Path, docs: Path | None = None,
+                 readme: Path | None = None) -> dict[str, Any]:
     """``bench.json``, the two plots and ``results.md`` under ``out`` (and ``docs`` with its images in
-    ``images/`` beside it when given); returns what ``bench.json`` holds."""
+    ``images/`` beside it when given, and the verdict table of ``readme`` between its markers);
+    returns what ``bench.json`` holds."""
     tests = all_tests(result)
+    readme_text = None  # made first: a README without the table's markers stops the report before any file
+    if readme is not None:
+        readme_text = with_readme_claims(readme.read_text(encoding="utf-8"), readme_claims(result, tests))
     data = {"format": FORMAT, "arms": summary_rows(result), "tests": test_rows(tests)}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "bench.json", json.dumps(data, indent=2) + "\n")
@@ -163,8 +186,10 @@ def write_report(result: ProtocolResult, out: Path, docs: Path | None = None) ->
         plot(result, "images", folder / "protocol_reward_vs_images.png")
         plot(result, "seconds", folder / "protocol_reward_vs_seconds.png")
         text = markdown(result, tests, data["arms"], image_dir)
-        kept = sections_of(page.read_text(encoding="utf-8")) if page.exists() else []
-        atomic_write_text(page, "\n\n".join([text.rstrip("\n"), *kept]) + "\n")
+        kept = taste_part(page.read_text(encoding="utf-8")) if page.exists() else ""
+        atomic_write_text(page, "\n\n".join(p for p in (text.rstrip("\n"), kept.rstrip("\n")) if p) + "\n")
+    if readme is not None and readme_text is not None:
+        atomic_write_text(readme, readme_text)
     return data
 
 
@@ -181,7 +206,7 @@ def format_summary(data: dict[str, Any]) -> str:
                      f"{r['equal_seconds_reward_ci95']:.4f}")
     lines.append("")
     for t in data["tests"]:
-        if t["family"] == "primary":
+        if t["family"] in ("primary", "ablation"):
             p = ("" if t["p_holm"] is None else
                  f", Holm p = {t['p_holm']:.3g} (t test), {t['p_holm_exact']:.3g} (exact sign-flip)")
             verdict = "no verdict (a measurement)" if t["verdict"] == "descriptive" else t["verdict"]

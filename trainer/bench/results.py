@@ -1,9 +1,12 @@
-"""What ``protocol.json`` holds: the budget, every run's measurements at the fixed checkpoints,
-the sweep and what was fixed from it. The report reads these alone (``treerpo bench report``), so
-nothing here imports the trainer.
+"""What ``protocol.json`` holds: the budget, every run's measurements at the fixed checkpoints
+(and, for a main arm's run, after every iteration until it reached the target), the sweep and
+what was fixed from it, and which parts of the protocol ran. The report reads these alone
+(``treerpo bench report``), so nothing here imports the trainer.
 
 The file is versioned (``format``): a file of another format is refused in one line, since its
-numbers were measured another way (Welch tests, evaluations every few iterations).
+numbers were measured another way (Welch tests, evaluations every few iterations). Format 2 files
+written before times to target were resolved per iteration still load: their runs have no
+``target_gain``, and the report reads their times as measurements on the checkpoint grid.
 """
 
 from __future__ import annotations
@@ -17,10 +20,18 @@ from typing import Any, Literal
 from ..utils.atomic import atomic_write_text
 from . import sweep as sweeping
 from .arms import PUBLISHED, Arm
-from .stats import MAX_EXACT_SEEDS
+from .stats import MAX_EXACT_SEEDS, seeds_for_exact
 
 FORMAT = 2  # protocol.json's layout; `treerpo bench report` reads only this one
 Clock = Literal["auto", "cpu", "wall"]
+Part = Literal["main", "ablations", "all"]
+PARTS: tuple[Part, ...] = ("main", "ablations", "all")
+"""``main``: the sweep and the main arms as published; ``ablations``: the ablation arms and the clip
+treatments, continuing a finished main part; ``all``: both in one command (``--quick``, CI's)."""
+PRIMARY_CLAIMS = 6
+"""The primary family's size (claims.primary_tests: convergence per sample and per second, final
+reward at equal images and at equal seconds, iteration time against 0.6x and 0.5x); it sets the
+default number of seeds."""
 
 
 @dataclass(frozen=True)
@@ -28,17 +39,22 @@ class Budget:
     """How much the protocol trains. ``seconds`` None: the equal-seconds budget is the time MixGRPO
     needs for ``images`` (its median sweep iteration), the paper's main baseline."""
 
-    images: int = 1536
+    # sized so that the main part (sweep and 11 main arms x 8 seeds) fits 150 minutes on 2 CPU cores
+    # (docs/results.md says what it measured): 5 iterations of 64 images, 2 checkpoints per budget (the
+    # times to target come from the per-iteration evaluations), a 3-iteration sweep whose median gain is
+    # the target, so that the arms reach it at different iterations within the budget
+    images: int = 320
     seconds: float | None = None
-    seeds: int = 3  # 3 seeds fit the CPU run in 3 hours and pass its budget check (docs/results.md)
+    # the fewest with which the exact test can reach the primary family's Holm threshold (8 for 6)
+    seeds: int = seeds_for_exact(PRIMARY_CLAIMS)
     first_seed: int = 0
-    checkpoints: int = 8
+    checkpoints: int = 2
     lrs: tuple[float, ...] = (4e-4, 8e-4, 1.6e-3, 3.2e-3)
-    max_extensions: int = 3
-    sweep_iterations: int = 10
+    max_extensions: int = 1
+    sweep_iterations: int = 3
     sweep_seed: int = 1000
     validation_seed: int = 777
-    target_fraction: float = 0.5
+    target_fraction: float = 1.0
     clock: Clock = "auto"
     max_iterations_factor: int = 4  # a fast arm's equal-seconds run stops at this many x the images'
 
@@ -91,6 +107,9 @@ class Run:
     rollout_nfe: list[int] = field(default_factory=list)
     clip_frac: list[float] = field(default_factory=list)
     seconds_reached: bool = True
+    # evaluated after every iteration until the reward reached base + this gain (None: at the
+    # checkpoints only, so a time to target is resolved to the checkpoint grid)
+    target_gain: float | None = None
 
     @property
     def base(self) -> float:
@@ -120,12 +139,20 @@ class Run:
     def iteration_s(self, clock: str) -> list[float]:
         return self.iteration_cpu_s if clock == "cpu" else self.iteration_wall_s
 
+    def per_iteration(self, gain: float) -> bool:
+        """Whether every iteration was evaluated until the reward reached base + ``gain`` (the run
+        watched for this gain or a larger one), so that its time to it is not the checkpoints'."""
+        return self.target_gain is not None and gain <= self.target_gain + 1e-12
+
     def time_to(self, gain: float, axis: str, clock: str) -> float | None:
-        """Images (or ``clock`` seconds) spent at the first checkpoint of ``axis`` whose reward is at
-        least this run's base plus ``gain``; None when none is."""
+        """Images (or ``clock`` seconds) spent at the first evaluation whose reward is at least this
+        run's base plus ``gain``: among every iteration's when the run was evaluated after each until
+        it got there, else among the checkpoints of ``axis``; None when none is (it may lie past the
+        budget: :func:`.survival.capped` censors it there)."""
         key = "images" if axis == "images" else seconds_key(clock)
-        hit = next((m for m in self.marks(axis) if self.points[m]["reward"] >= self.base + gain), None)
-        return None if hit is None else self.points[hit][key]
+        points = self.points if self.per_iteration(gain) else [self.points[m] for m in self.marks(axis)]
+        hit = next((p for p in points if p["reward"] >= self.base + gain), None)
+        return None if hit is None else hit[key]
 
 
 
@@ -150,7 +177,9 @@ class ProtocolResult:
     environment: dict[str, Any] = field(default_factory=dict)  # threads, OMP_WAIT_POLICY, device
     stage: str = "sweep"
     wall_s: float = 0.0  # the whole protocol, sweep included
-    command: str = "treerpo bench protocol"  # what made it, for the results page
+    command: str = "treerpo bench protocol"  # what made it (one line per part), for the results page
+    parts: list[str] = field(default_factory=lambda: ["main"])  # the parts started, in order
+    part_wall_s: dict[str, float] = field(default_factory=dict)  # per part (the main part's: sweep included)
 
     @property
     def images_limit(self) -> float:
@@ -168,6 +197,11 @@ class ProtocolResult:
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
+
+    @property
+    def baselines(self) -> list[str]:
+        """The main arms that are not the tree, in protocol order: the claims are tested against each."""
+        return [a.name for a in self.arms if a.role == "main" and not a.is_tree]
 
     def treatment_status(self, treatment: str, arm: str) -> str:
         """``trained``, ``reused`` (the published runs: the treatment changes nothing for this arm),
@@ -199,8 +233,8 @@ class ProtocolResult:
                 "images_per_iteration": self.images_per_iteration,
                 "checkpoints": self.checkpoints, "sweep": self.sweep, "lrs": self.lrs, "grid": self.grid,
                 "target": self.target, "arms": [asdict(a) for a in self.arms], "treatments": self.treatments,
-                "skipped": self.skipped, "environment": self.environment,
-                "runs": [asdict(r) for r in self.runs]}
+                "skipped": self.skipped, "environment": self.environment, "parts": self.parts,
+                "part_wall_s": self.part_wall_s, "runs": [asdict(r) for r in self.runs]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProtocolResult:
@@ -212,7 +246,13 @@ class ProtocolResult:
         return cls(Budget.from_json(data["budget"]), data["base_overrides"], data["config"], data["clock"],
                    data["seconds"], data["images_per_iteration"], data["sweep"], data["lrs"], data["target"],
                    arms, data["treatments"], [Run(**r) for r in data["runs"]], data["skipped"],
-                   data["environment"], data["stage"], data["wall_s"], data["command"])
+                   data["environment"], data["stage"], data["wall_s"], data["command"],
+                   data.get("parts") or _parts_of(arms, data["treatments"]), data.get("part_wall_s", {}))
+
+
+def _parts_of(arms: list[Arm], treatments: list[dict[str, Any]]) -> list[str]:
+    """The parts of a file written before the protocol had parts: one command ran everything."""
+    return ["all"] if treatments or any(a.role == "ablation" for a in arms) else ["main"]
 
 
 def save(result: ProtocolResult, out: Path) -> None:

@@ -14,6 +14,10 @@ the seed-to-seed variation both arms share. Each comparison gets two tests of th
 A verdict is read from the Holm-adjusted p-values of its family, never from the raw ones, and is
 "met" or "not met" only when both tests agree after the adjustment: a claim that rests on the t
 test's normality alone, with a handful of seeds, is "inconclusive".
+
+A claim against several comparators at once ("the tree beats the baselines") is one row: the
+intersection-union test of its comparisons (:func:`intersection_union`), met only when it is met
+against each one.
 """
 
 from __future__ import annotations
@@ -184,6 +188,66 @@ def holm(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (len(order) - rank) * p_values[i]))
         adjusted[i] = running
     return adjusted
+
+
+def claimed_side(comparison: Comparison, higher_is_better: bool = True) -> bool:
+    """Whether the mean difference lies on the claimed side of 0 (0 itself does not)."""
+    d = comparison.difference
+    return d > 0 if higher_is_better else d < 0
+
+
+@dataclass(frozen=True)
+class IntersectionUnion:
+    """One claim against every comparator: the p-value of each test (t, exact) for the row, whether
+    they are the claim's (``for_claim``: every comparison lies on the claimed side) or against it, and
+    which comparison sets each (its index: the one to show beside the row)."""
+
+    p_value: float
+    p_exact: float
+    for_claim: bool
+    binding: int
+    binding_exact: int
+    size: int
+
+
+def intersection_union(comparisons: Sequence[Comparison], higher_is_better: bool = True) -> IntersectionUnion:
+    """The claim "better than each of ``comparisons``" as one test, for the t test and the exact test
+    alike.
+
+    - **For the claim** (every mean difference on the claimed side): the intersection-union test
+      (Berger, 1982, "Multiparameter hypothesis testing and acceptance sampling", Technometrics 24,
+      295-300). Its null hypothesis is the union "not better than at least one comparator"; it is
+      rejected at level alpha when each comparison's own level-alpha test rejects, so its p-value is
+      the largest of the raw p-values, with no adjustment for the number of comparators. Why: the
+      claim needs every one of them, and the weakest win is what it rests on.
+    - **Against the claim** (some difference on the other side, or 0): "worse than at least one
+      comparator" is a union-intersection claim, which does need the adjustment: Bonferroni over the
+      ``k`` comparisons, ``k`` times the smallest raw p-value among those against the claim.
+
+    Each side uses two-sided raw p-values, so each spends at most alpha / 2 when no comparator
+    differs: the row's p-value is a valid one for Holm's adjustment within its family."""
+    if not comparisons:
+        raise ValueError("an intersection-union test needs at least one comparison")
+    k = len(comparisons)
+    sides = [claimed_side(c, higher_is_better) for c in comparisons]
+    if all(sides):
+        t = max(range(k), key=lambda i: comparisons[i].p_value)
+        e = max(range(k), key=lambda i: comparisons[i].p_exact)
+        return IntersectionUnion(comparisons[t].p_value, comparisons[e].p_exact, True, t, e, k)
+    against = [i for i in range(k) if not sides[i]]
+    t = min(against, key=lambda i: comparisons[i].p_value)
+    e = min(against, key=lambda i: comparisons[i].p_exact)
+    return IntersectionUnion(min(1.0, k * comparisons[t].p_value), min(1.0, k * comparisons[e].p_exact),
+                             False, t, e, k)
+
+
+def union_verdict(union: IntersectionUnion, p_adjusted: float, p_exact_adjusted: float) -> Verdict:
+    """"met" when the row is for the claim and both its adjusted p-values are below 0.05; "not met"
+    when it is against the claim (worse than some comparator) and both are; otherwise
+    "inconclusive" (the rule of :func:`agreed_verdict`, for a row of several comparisons)."""
+    if any(math.isnan(p) or p >= ALPHA for p in (p_adjusted, p_exact_adjusted)):
+        return "inconclusive"
+    return "met" if union.for_claim else "not met"
 
 
 def verdict(comparison: Comparison, p_adjusted: float, higher_is_better: bool = True) -> Verdict:

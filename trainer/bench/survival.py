@@ -8,6 +8,11 @@ at the budget, as in the protocol, that area equals the mean of ``min(time, budg
 paired comparison of two arms is the paired t test of those per-seed values (the exact sign-flip
 test when they differ by the same amount on every seed: ``stats.sign_flip_p``).
 
+A main arm's run is evaluated after every iteration until it has reached the target (then at the
+fixed checkpoints only), so its time is that of the first iteration at the target, not of the
+first checkpoint: the checkpoint grid does not decide a comparison. A time reached past the budget
+(a run trains on to its other budget) is censored at the budget like a time never reached.
+
 scipy has Kaplan-Meier from 1.11 (``scipy.stats.ecdf`` with ``CensoredData``); the floor is 1.10,
 so the estimator is written here (a few lines, tested against hand-computed areas).
 """
@@ -49,3 +54,9 @@ def capped(times: Sequence[float | None], horizon: float) -> list[float]:
     """``min(time, horizon)`` per seed, a seed that never reached the target (None) at ``horizon``:
     the per-seed values the paired test of two arms' times is on."""
     return [horizon if t is None else min(t, horizon) for t in times]
+
+
+def reached(times: Sequence[float | None], horizon: float) -> list[bool]:
+    """Per seed, whether the target was reached within ``horizon`` (the event flags of
+    :func:`restricted_mean`): a time past it is censored there."""
+    return [t is not None and t <= horizon for t in times]

@@ -10,7 +10,6 @@ every reported figure is measured on (trainer/training/evaluate.py, ``validation
   arms at their chosen rates, of the validation gain (validation reward at the end of the sweep
   minus before training). A test run reaches it when its test reward is at least its own test
   reward before training plus that gain.
-- **Best baseline**: the baseline with the highest validation reward at its chosen rate.
 - **Equal seconds**: MixGRPO's time for the image budget, from its sweep iterations.
 """
 
@@ -86,13 +85,6 @@ def target(rows: Sequence[Row], fraction: float = 0.5) -> dict[str, Any]:
             "rule": TARGET_RULE.format(fraction=fraction)}
 
 
-def best_baseline(rows: Sequence[Row], baselines: Sequence[str]) -> str | None:
-    """The baseline with the highest validation reward at its chosen rate (None: no baseline swept)."""
-    chosen = chosen_rows(rows)
-    swept = [b for b in baselines if b in chosen]
-    return max(swept, key=lambda b: chosen[b]["validation_reward"]) if swept else None
-
-
 def seconds_budget(given: float | None, rows: Sequence[Row], iterations: int, clock: str) -> float:
     """The equal-seconds budget: as given, or MixGRPO's time for the image budget (``iterations``
     times the median of its sweep rows' median iteration time, on ``clock``)."""
@@ -115,3 +107,10 @@ def wall_per_clock(rows: Sequence[Row], clock: str) -> float:
     clock_s = sum(r[f"median_{clock}_s"] for r in rows)
     wall_s = sum(r["median_wall_s"] for r in rows)
     return wall_s / clock_s if clock_s > 0 and math.isfinite(clock_s) else 1.0
+
+
+def evaluation_seconds(rows: Sequence[Row]) -> float:
+    """Wall seconds of one held-out evaluation, the median over the sweep's runs (0 when the sweep did
+    not measure it)."""
+    times = [r["eval_wall_s"] for r in rows if "eval_wall_s" in r]
+    return statistics.median(times) if times else 0.0

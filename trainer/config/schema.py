@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
+from ..core.awm import AWMConfig
+from ..core.dgpo import DGPOConfig
 from ..core.objective import LossConfig
 from ..core.running_scales import ClipSpreadConfig
 from ..core.strategies import (
@@ -351,6 +353,8 @@ class TrainConfig:
     branchgrpo: BranchGRPOConfig = field(default_factory=lambda: BranchGRPOConfig(steps=10, splits=3))
     diffusionnft: DiffusionNFTConfig = field(default_factory=lambda: DiffusionNFTConfig(steps=10,
                                                                                         group_size=8))
+    awm: AWMConfig = field(default_factory=lambda: AWMConfig(steps=10, group_size=8))
+    dgpo: DGPOConfig = field(default_factory=lambda: DGPOConfig(steps=10, group_size=8))
     loss: LossConfig = field(default_factory=LossConfig)
     eval_ema: EvalEma = field(default_factory=EvalEma)
     clip_spread: ClipSpreadConfig = field(default_factory=ClipSpreadConfig)
@@ -379,6 +383,9 @@ class TrainConfig:
         if self.picks.mode == "online" and "picks" in terms and self.strategy != "dynamic_treerpo":
             raise ValueError("picks.mode online trains the picked trees with the tree's own objective: "
                              "strategy must be dynamic_treerpo")
+        if self.strategy == "dgpo" and not self.lora.enabled:
+            raise ValueError("strategy dgpo compares each image's error with the LoRA-free model's: it needs "
+                             "a LoRA (lora.enabled: true)")
         if not self.lora.enabled and self.effective_loss.kl_beta > 0:
             what = ("loss.kl_beta > 0" if self.effective_loss is self.loss else
                     f"{self.strategy}'s published loss (KL to the reference, beta "
@@ -443,4 +450,8 @@ class TrainConfig:
             return self.branchgrpo
         if self.strategy == "diffusionnft":
             return self.diffusionnft
+        if self.strategy == "awm":
+            return self.awm
+        if self.strategy == "dgpo":
+            return self.dgpo
         return replace(self.mixgrpo, flash=self.strategy == "mixgrpo_flash")

@@ -1,7 +1,8 @@
 """Node values and advantages on a tree (docs/algorithm.md, "Values and advantages"). Pure tensor functions.
 
 Leaf value = reward (several rewards: each normalised within its prompt's group, then a weighted
-sum). A node's value is the max [choice, default] or mean of its descendant leaves; the
+sum; or, where the recipe's std is the batch's raw spread, the weighted sum of the raw rewards). A
+node's value is the max [choice, default] or mean of its descendant leaves; the
 advantage of the edge into node ``n`` is ``n``'s value normalised among the nodes of the same
 prompt and depth, clipped to ``+-adv_clip``. ``leaf`` mode is plain GRPO on leaves, a shared
 edge getting the mean advantage of its leaves.
@@ -36,6 +37,16 @@ within-prompt spread pooled), so a prompt whose images barely differ gets small 
 unit-size ones. ``global``: the std of the raw values of that depth over the whole batch, the spread
 between prompts included, as Flow-GRPO's ``global_std`` computes it (flow_grpo@ac4c86e
 ``flow_grpo/stat_tracking.py`` 27: ``np.std`` of every gathered reward)."""
+MixRule = Literal["normalised", "raw"]
+"""How several rewards become one value per image. ``normalised`` (MixGRPO's multi-reward rule): each
+reward is standardised within its prompt's group, then weighted, so rewards on different scales weigh
+what their weights say. ``raw``: the weighted sum of the raw rewards, as Flow-GRPO and DiffusionNFT
+combine theirs (flow_grpo@ac4c86e ``flow_grpo/rewards.py`` 393-400, DiffusionNFT@24af555
+``flow_grpo/rewards.py`` 295-302, ``multi_score``'s ``avg``): their ``global`` std is the spread of
+that sum over the batch, between prompts included, which per-reward normalisation would remove."""
+RewardMixRule = Literal["auto", "normalised", "raw"]
+"""``auto``: ``raw`` with the ``global`` advantage std (the rule of the recipes that use it), else
+``normalised``; or either rule by name."""
 Reduce = Callable[[Tensor], Tensor]
 """Sums a tensor over the ranks of a data-parallel run (identity in one process)."""
 STD_EPS = 1e-8
@@ -93,11 +104,22 @@ def pooled_std(values: Tensor, groups: Tensor, reduce: Reduce | None = None, ddo
     return std.to(values.device)[groups.to(values.device)]
 
 
-def combine_rewards(rewards: Tensor, groups: Tensor, weights: Tensor | None = None) -> Tensor:
-    """Leaf values from ``[L]`` or ``[L, K]`` rewards (MixGRPO's multi-reward rule).
+def reward_mix_rule(rule: RewardMixRule, std_scope: StdScope) -> MixRule:
+    """The rule ``rule`` names, ``auto`` resolved by the advantage's std scope: the ``global`` std is
+    the spread of raw values, so its recipes (Flow-GRPO, DiffusionNFT) sum raw rewards."""
+    if rule == "auto":
+        return "raw" if std_scope == "global" else "normalised"
+    if rule not in ("normalised", "raw"):
+        raise ValueError(f"unknown reward_mix {rule!r}; expected 'auto', 'normalised' or 'raw'")
+    return rule
 
-    One reward is used as it is; several are each normalised within the prompt group and summed
-    with ``weights`` (default: equal weights summing to 1).
+
+def combine_rewards(rewards: Tensor, groups: Tensor, weights: Tensor | None = None,
+                    rule: MixRule = "normalised") -> Tensor:
+    """Leaf values from ``[L]`` or ``[L, K]`` rewards (see ``MixRule``).
+
+    One reward is used as it is; several are summed with ``weights`` (default: equal weights summing
+    to 1), each first normalised within the prompt group (``normalised``) or as scored (``raw``).
     """
     if rewards.ndim == 1:
         return rewards.float()
@@ -109,6 +131,10 @@ def combine_rewards(rewards: Tensor, groups: Tensor, weights: Tensor | None = No
     w = torch.full((k,), 1.0 / k) if weights is None else torch.as_tensor(weights, dtype=torch.float32)
     if w.shape != (k,):
         raise ValueError(f"{k} rewards need {k} weights, got {tuple(w.shape)}")
+    if rule == "raw":
+        return rewards.float() @ w.to(rewards.device)
+    if rule != "normalised":
+        raise ValueError(f"unknown reward mix rule {rule!r}; expected 'normalised' or 'raw'")
     normed = torch.stack([normalise_in_groups(rewards[:, j].float(), groups) for j in range(k)], 1)
     return normed @ w.to(normed.device)
 

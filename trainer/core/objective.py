@@ -20,14 +20,17 @@ from .advantages import (
     AdvantageBaseline,
     AdvantageMode,
     AdvantageScale,
+    MixRule,
     NodeValue,
     Reduce,
+    RewardMixRule,
     StdScope,
     best_leaf_index,
     combine_rewards,
     edge_advantages,
     group_stats,
     node_values,
+    reward_mix_rule,
 )
 from .cond import Cond, select_rows
 from .flow import Gaussian, gaussian_kl_same_std, gaussian_log_prob, score_scale, sde_transition
@@ -80,7 +83,11 @@ default stays ``sigmoid``."""
 
 @dataclass(frozen=True)
 class LossConfig:
-    """Every option of the loss, with the defaults of docs/algorithm.md (sections 3 and 4)."""
+    """Every option of the loss, with the defaults of docs/algorithm.md (sections 3 and 4).
+
+    ``reward_mix``: how a reward mix becomes one value per image (``advantages.MixRule``); ``auto``
+    sums the raw rewards with the ``global`` std (Flow-GRPO's and DiffusionNFT's rule) and normalises
+    each within its group otherwise (MixGRPO's)."""
 
     advantage: AdvantageMode = "tree"
     advantage_scale: AdvantageScale = "std"
@@ -101,13 +108,20 @@ class LossConfig:
     std_ddof: int = 0
     std_eps: float = 1e-8
     flat_std: float = 0.0
+    reward_mix: RewardMixRule = "auto"
 
     def __post_init__(self) -> None:
+        reward_mix_rule(self.reward_mix, self.advantage_std)  # an unknown rule fails here
         if self.std_ddof not in (0, 1):
             raise ValueError(f"loss.std_ddof must be 0 (population std) or 1 (sample std), "
                              f"got {self.std_ddof}")
         if self.std_eps <= 0 or self.flat_std < 0:
             raise ValueError("loss.std_eps must be > 0 and loss.flat_std >= 0")
+
+    @property
+    def mix_rule(self) -> MixRule:
+        """The reward-mix rule in force (``auto`` resolved by ``advantage_std``)."""
+        return reward_mix_rule(self.reward_mix, self.advantage_std)
 
 
 @dataclass
@@ -171,7 +185,8 @@ def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
                     reward_scale: float = 0.0) -> TrainTargets:
     """Advantages, clip bounds, loss weights and LayerTuning targets for one rollout.
 
-    ``rewards``: ``[L]`` or ``[L, K]`` per leaf, in ``tree.leaf_node`` order (prompt-major).
+    ``rewards``: ``[L]`` or ``[L, K]`` per leaf, in ``tree.leaf_node`` order (prompt-major); several
+    columns are combined by ``config.mix_rule`` with ``reward_weights``.
     ``seed`` draws the fresh noise of the ``renoise`` target, per prompt (``first_prompt``: the
     index of this tree's first prompt in the whole batch). ``reduce`` sums over the ranks of a
     data-parallel run (the ``batch`` advantage std). ``reward_scale``: ``s_ref`` of the ``tanh``
@@ -179,7 +194,7 @@ def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
     """
     rewards = rewards.detach().float().cpu()
     leaf_prompt = tree.node_prompt[tree.leaf_node]
-    leaf_value = combine_rewards(rewards, leaf_prompt, reward_weights)
+    leaf_value = combine_rewards(rewards, leaf_prompt, reward_weights, config.mix_rule)
     values = node_values(tree, leaf_value, config.node_value)
     adv = edge_advantages(tree, leaf_value, config.advantage, config.node_value, config.adv_clip,
                           config.advantage_scale, config.advantage_baseline, config.advantage_std, reduce,

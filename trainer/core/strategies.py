@@ -1,5 +1,5 @@
 """Strategies as rollout plans: Dynamic-TreeRPO, MixGRPO (+ trunk sharing, + Flash), DanceGRPO,
-Flow-GRPO (+ Fast) and BranchGRPO.
+Flow-GRPO (+ Fast), BranchGRPO, DiffusionNFT, AWM and DGPO.
 
 Each strategy has a typed config with the defaults of docs/algorithm.md and a ``plan`` function that
 turns it, a sigma grid and a window start into a :class:`RolloutPlan`. The closed-form forward
@@ -16,13 +16,15 @@ from typing import Literal, get_args
 import numpy as np
 from torch import Tensor
 
+from .awm import AWMConfig
+from .dgpo import DGPOConfig
 from .flow import NoiseSubspace, SdeKind
 from .tree import RolloutPlan, StepOp
 
 Tail = Literal["euler", "dpm2m"]
 WindowSchedule = Literal["progressive", "random", "fixed"]
 Strategy = Literal["dynamic_treerpo", "mixgrpo", "mixgrpo_flash", "dancegrpo", "flow_grpo",
-                   "flow_grpo_fast", "branchgrpo", "diffusionnft"]
+                   "flow_grpo_fast", "branchgrpo", "diffusionnft", "awm", "dgpo"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)  # the one list: config, nodes and benchmarks read it
 
 
@@ -70,7 +72,9 @@ class MixGRPOConfig:
     ``share_trunk`` computes the identical pre-window ODE trunk once per prompt instead of
     ``group_size`` times (the published code recomputes it). ``flash`` replaces the post-window
     Euler tail by DPM-Solver++(2M) with ``round(tail_compression * remaining)`` steps.
-    ``noise_pool`` as in :class:`TreeConfig`.
+    ``noise_pool`` as in :class:`TreeConfig`. The defaults are the anchor's 4-step window of 25 steps
+    (Tencent-Hunyuan/MixGRPO@e5cdd6a ``scripts/finetune/finetune_flux_grpo_MixGRPO.sh`` 54 and 58);
+    the benchmark's 10 steps take a window of the tree's depth, 3 (docs/algorithm.md, "Baselines").
     """
 
     steps: int = 25
@@ -114,7 +118,9 @@ class FlowGRPOConfig:
     0.8, with the cps step's unnormalised log-probability), only those trained, their start drawn
     each iteration from ``[0, T // 2 - fast_sde_steps]`` (its window range ``(0, num_steps // 2)``,
     ``sd3_pipeline_with_logprob_fast.py`` 136-139; at our ``T = 10``, SD3's own, the same
-    ``[0, 2]``). ``noise_pool`` as in :class:`TreeConfig`."""
+    ``[0, 2]``). The anchor draws the start per sampling call (9 images of a GPU); here one plan
+    serves a rollout, so one start serves the iteration's images (docs/algorithm.md, "Baselines").
+    ``noise_pool`` as in :class:`TreeConfig`."""
 
     steps: int = 10
     group_size: int = 12
@@ -184,7 +190,7 @@ class DiffusionNFTConfig:
 
 
 StrategyConfig = (TreeConfig | MixGRPOConfig | DanceGRPOConfig | FlowGRPOConfig
-                  | BranchGRPOConfig | DiffusionNFTConfig)
+                  | BranchGRPOConfig | DiffusionNFTConfig | AWMConfig | DGPOConfig)
 
 
 def strategy_name(config: StrategyConfig) -> str:
@@ -199,6 +205,10 @@ def strategy_name(config: StrategyConfig) -> str:
         return "branchgrpo"
     if isinstance(config, DiffusionNFTConfig):
         return "diffusionnft"
+    if isinstance(config, AWMConfig):
+        return "awm"
+    if isinstance(config, DGPOConfig):
+        return "dgpo"
     return "dancegrpo"
 
 
@@ -321,7 +331,8 @@ def flow_grpo_plan(config: FlowGRPOConfig, sigmas: Tensor, seed: int = 0,
                    log_prob_reduction: Literal["mean", "sum"] = "mean") -> RolloutPlan:
     """Flow-GRPO: SDE and trained at steps ``0 .. T-2``, a deterministic last step, independent
     initial noise per image. Fast: SDE (trained) only at ``fast_sde_steps`` steps of its own form and
-    noise, from a start drawn from ``seed`` in the first half of the steps, ODE elsewhere."""
+    noise, from a start drawn from ``seed`` (one per iteration: the plan is the rollout's) in the first
+    half of the steps, ODE elsewhere."""
     grid = _check_grid(sigmas, config.steps)
     if config.steps < 2:
         raise ValueError("Flow-GRPO needs steps >= 2 (the last step is deterministic)")
@@ -376,6 +387,33 @@ def diffusionnft_plan(config: DiffusionNFTConfig, sigmas: Tensor) -> RolloutPlan
                        sde_kind="flow_grpo", window_start=0)
 
 
+def awm_plan(config: AWMConfig, sigmas: Tensor) -> RolloutPlan:
+    """AWM's sampler on this grid: an SDE step of ``noise_level`` where ``noise_low <= sigma <=
+    noise_high`` and DPM-Solver++(2M) elsewhere, ``group_size`` roots per prompt from independent
+    noise. Its SDE steps are not trained (the loss reads only the clean images), so the tree has
+    edges but no trained one. The anchor's sampler is SA-Solver (predictor-corrector, order 2, with
+    that noise window); this trainer has no SA-Solver, so the window's steps take the Flow-GRPO SDE
+    and the others the 2nd-order multistep solver (docs/algorithm.md, "Baselines")."""
+    grid = _check_grid(sigmas, config.steps)
+    ops = []
+    for i in range(config.steps):
+        noisy = (config.noise_level > 0 and grid[i + 1] > 0
+                 and config.noise_low <= grid[i] <= config.noise_high)
+        ops.append(StepOp(grid[i], grid[i + 1], "sde", 1, config.noise_level) if noisy
+                   else StepOp(grid[i], grid[i + 1], "dpm2m"))
+    return RolloutPlan("awm", tuple(ops), config.group_size, shared_root_noise=False,
+                       sde_kind="flow_grpo", window_start=0)
+
+
+def dgpo_plan(config: DGPOConfig, sigmas: Tensor) -> RolloutPlan:
+    """DGPO's sampler: DPM-Solver++(2M) on every step (no SDE), ``group_size`` roots per prompt from
+    independent noise (its ``same_latent`` False, D:79)."""
+    grid = _check_grid(sigmas, config.steps)
+    ops = [StepOp(grid[i], grid[i + 1], "dpm2m") for i in range(config.steps)]
+    return RolloutPlan("dgpo", tuple(ops), config.group_size, shared_root_noise=False,
+                       sde_kind="flow_grpo", window_start=0)
+
+
 def build_plan(config: StrategyConfig, sigmas: Tensor, window_start: int | None = None,
                seed: int = 0, log_prob_reduction: Literal["mean", "sum"] = "mean",
                noise_unshuffle: int = 1) -> RolloutPlan:
@@ -394,6 +432,10 @@ def build_plan(config: StrategyConfig, sigmas: Tensor, window_start: int | None 
         plan = branchgrpo_plan(config, sigmas, log_prob_reduction)
     elif isinstance(config, DiffusionNFTConfig):
         plan = diffusionnft_plan(config, sigmas)
+    elif isinstance(config, AWMConfig):
+        plan = awm_plan(config, sigmas)
+    elif isinstance(config, DGPOConfig):
+        plan = dgpo_plan(config, sigmas)
     else:
         raise TypeError(f"not a strategy config: {type(config).__name__}")
     if noise_unshuffle == plan.noise.unshuffle:
@@ -472,6 +514,14 @@ def closed_form(config: StrategyConfig, window_start: int | None = None) -> Comp
         trained = max(1, int(t * config.train_fraction))
         forwards = (3 if config.kl_beta > 0 else 2) * g * trained
         return ComputeCount(g * t, forwards, 0, g)
+    if isinstance(config, AWMConfig):  # training: trained, reference and slow-copy velocity per row
+        g = config.group_size
+        kl = config.kl_beta > 0  # the slow copy's term is added only with the KL (train_sd3_awm.py:1336-1350)
+        forwards = (1 + kl + (kl and config.slow_kl_beta > 0)) * g * config.train_timesteps
+        return ComputeCount(g * config.steps, forwards, 0, g)
+    if isinstance(config, DGPOConfig):  # training: trained, reference and slow-copy velocity per row
+        g = config.group_size
+        return ComputeCount(g * config.steps, 3 * g * config.train_timesteps, 0, g)
     if isinstance(config, BranchGRPOConfig):
         splits, nodes, rollout_nfe, edges = set(config.split_steps), 1, 0, 0
         for i in range(config.steps - 1):

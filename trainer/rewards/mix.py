@@ -1,10 +1,13 @@
 """Several rewards as one: a spec like ``hps-v2.1:0.7,clip:0.3``, weights paths bound to names,
-and the group-normalised weighted sum the advantages use (MixGRPO's recipe, computed by the core's
-:func:`~trainer.advantages.combine_rewards`).
+and the weighted sum the advantages use, by the loss's rule (the core's
+:func:`~trainer.core.advantages.combine_rewards`, ``MixRule``).
 
-Why normalise within the group: rewards live on different scales (HPS ~0.3, ImageReward ~1,
-OCR in [0, 1]); the sum of raw values would let the widest one decide every advantage. Each
-reward is standardised over the images of one prompt, then weighted, so a weight means what it says.
+Why normalise within the group (``normalised``, MixGRPO's recipe and the default): rewards live on
+different scales (HPS ~0.3, ImageReward ~1, OCR in [0, 1]); the sum of raw values would let the widest
+one decide every advantage. Each reward is standardised over the images of one prompt, then weighted,
+so a weight means what it says. Why not always: Flow-GRPO and DiffusionNFT sum the raw scores
+(``raw``) and divide by the spread of that sum over the whole batch, the spread between prompts
+included, which per-reward normalisation would take away.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..core.advantages import combine_rewards
+from ..core.advantages import MixRule, combine_rewards
 from .registry import RewardFn, get_reward, needs_weights, reward_entry
 
 
@@ -78,7 +81,7 @@ class RewardMix:
 
     One term: its own output, unchanged. Several: ``reward`` is the weighted sum of raw scores (what
     evaluation reports), ``reward_<name>`` each term's score, and the terms' other keys prefixed by
-    their name. :meth:`training_signal` gives the group-normalised sum that advantages use.
+    their name. :meth:`training_signal` gives the value that advantages use.
     """
 
     def __init__(self, spec: str, weights_paths: Mapping[str, str] | None = None,
@@ -114,11 +117,13 @@ class RewardMix:
         out["reward"] = total
         return out
 
-    def training_signal(self, scores: Mapping[str, Tensor], groups: Tensor) -> Tensor:
-        """The per-image value advantages are built from: the raw reward for one term, else each
-        term normalised within its group (``groups``: the prompt of each image) and weighted."""
+    def training_signal(self, scores: Mapping[str, Tensor], groups: Tensor,
+                        rule: MixRule = "normalised") -> Tensor:
+        """The per-image value advantages are built from: the raw reward for one term, else the terms
+        weighted, each normalised within its group first (``groups``: the prompt of each image) or,
+        ``raw``, as scored (the ``reward`` that :meth:`__call__` reports)."""
         if len(self.terms) == 1:
             return scores["reward"].detach().float().cpu()
         stacked = torch.stack([scores[f"reward_{t.name}"].float().cpu() for t in self.terms], dim=1)
         return combine_rewards(stacked, torch.as_tensor(groups, dtype=torch.long),
-                               torch.tensor([t.weight for t in self.terms]))
+                               torch.tensor([t.weight for t in self.terms]), rule)

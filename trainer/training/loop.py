@@ -20,6 +20,8 @@ import torch
 from ..config.files import save_config
 from ..config.schema import TrainConfig
 from ..core.advantages import leaf_advantages
+from ..core.awm import AWMConfig, slow_copy_decay
+from ..core.dgpo import DGPOConfig
 from ..core.ema import ParameterEMA
 from ..core.flow import make_sigmas
 from ..core.losses import clip_bounds
@@ -35,7 +37,9 @@ from ..lora.keys import COMFYUI_PREFIX, DIFFUSERS_MODEL_PREFIX
 from ..models.policy import Policy, check_policy
 from ..rewards.mix import RewardMix, parse_reward_spec
 from ..rewards.registry import RewardFn, get_reward
+from .awm import awm_backward
 from .checkpoint import load_latest, save_checkpoint
+from .dgpo import dgpo_backward
 from .distributed import (
     Dist,
     full_state,
@@ -60,6 +64,8 @@ COLUMNS = (
     "nfe_train", "scored_images", "iteration_s", "wall_s",
 )
 SAMPLE_PAIRS = 16
+MATCHING_STRATEGIES = ("diffusionnft", "awm", "dgpo")
+"""Recipes that train on the clean images re-noised (no step of the rollout), with a slow copy."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -271,9 +277,10 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
         self.optimizer_steps = 0
         ema = config.effective_eval_ema  # Flow-GRPO and DiffusionNFT evaluate an average of the weights
-        self.ema = ParameterEMA(self.params, ema.decay, ema.every) if ema.enabled else None
-        # DiffusionNFT samples with an old policy, a slow average of the trained LoRA
-        self.old = OldPolicy(self.params) if config.strategy == "diffusionnft" else None
+        self.ema = ParameterEMA(self.params, ema.decay, ema.every, ema.per_update) if ema.enabled else None
+        # DiffusionNFT samples with an old policy, a slow average of the trained LoRA; AWM and DGPO
+        # keep such a slow copy for their proximity terms (DGPO samples with it late in training)
+        self.old = OldPolicy(self.params) if config.strategy in MATCHING_STRATEGIES else None
         self.device = self.policy.device
         self.strategy = config.strategy_config
         tokens = self.policy.image_tokens
@@ -409,15 +416,16 @@ class Trainer:
         plan = self.plan(iteration)
         self.policy.eval()
         cond = self.policy.encode(prompts)
-        with self.old.applied() if self.old is not None else nullcontext():  # DiffusionNFT: the old policy
+        with self.old.applied() if self.samples_with_old else nullcontext():  # DiffusionNFT: the old policy
             tree = rollout(self.policy.velocity, cond, plan, seeds, self.policy.latent_shape,
                            max_batch=c.max_batch, device=self.device)
         leaf_prompt = tree.node_prompt[tree.leaf_node]
         leaf_prompts = [prompts[int(p)] for p in leaf_prompt]
         with torch.no_grad():
             scores = self.reward(self.policy.decode(tree.leaf_latents), leaf_prompts)
-        # several rewards: each normalised within the prompt's images, then weighted (MixGRPO)
-        values = self.reward.training_signal(scores, leaf_prompt)
+        # several rewards: as the loss's reward_mix rule says (each normalised within the prompt's
+        # images then weighted, MixGRPO's; or the raw weighted sum, Flow-GRPO's and DiffusionNFT's)
+        values = self.reward.training_signal(scores, leaf_prompt, self.loss.mix_rule)
         targets = self.targets_for(tree, values, iteration, mine.start)
         return Rollout(list(prompts), mine.start, plan, cond, tree, scores, targets)
 
@@ -437,7 +445,7 @@ class Trainer:
         trained forwards (:func:`update_chunks`)."""
         c = self.config
         if self.old is not None:
-            return self._nft_update(iteration, batch)
+            return self._matching_update(iteration, batch)
         tree, targets = batch.tree, batch.targets
         forwards = targets.train_forwards
         per_prompt = forwards.numel() // max(1, len(batch.prompts))  # the same for every prompt and rank
@@ -473,10 +481,20 @@ class Trainer:
         stats.clip_scale = loss_cfg.clip.scale
         return stats
 
-    def _nft_update(self, iteration: int, batch: Rollout) -> UpdateStats:
-        """DiffusionNFT's update: one optimizer step over every image re-noised at its drawn noise
-        levels, then the old policy follows the trained one."""
-        c, nft = self.config, self.config.strategy_config
+    @property
+    def samples_with_old(self) -> bool:
+        """Whether the rollout is sampled with the slow copy: DiffusionNFT's always (its old policy),
+        DGPO's after ``switch_step`` optimizer steps (``scripts/train_sd3_dgpo.py`` 799-800)."""
+        if self.old is None:
+            return False
+        s = self.strategy
+        return not isinstance(s, (AWMConfig, DGPOConfig)) or (isinstance(s, DGPOConfig)
+                                                              and self.optimizer_steps > s.switch_step)
+
+    def _matching_update(self, iteration: int, batch: Rollout) -> UpdateStats:
+        """DiffusionNFT's, AWM's or DGPO's update: one optimizer step over every image re-noised at its
+        drawn noise levels (each recipe's loss), then the slow copy follows the trained weights."""
+        c, s = self.config, self.config.strategy_config
         stats = UpdateStats(lr=c.optim.lr_at(iteration, c.iterations))
         for group in self.optimizer.param_groups:
             group["lr"] = stats.lr
@@ -484,23 +502,35 @@ class Trainer:
         advantages = leaf_advantages(batch.tree, batch.targets.leaf_value, None, loss.advantage_scale,
                                      loss.advantage_std, sum_over_ranks(self.dist), ddof=loss.std_ddof,
                                      eps=loss.std_eps)
-        reference = self.reference_velocity if nft.kl_beta > 0 and c.lora.enabled else None
         rows = reduce_sum({"rows": batch.tree.leaf_node.numel()}, self.dist)["rows"]
-        rows *= max(1, int(nft.steps * nft.train_fraction))
+        if isinstance(s, AWMConfig):
+            backward, reference = awm_backward, self.reference_velocity if c.lora.enabled else None
+            rows *= s.train_timesteps
+        elif isinstance(s, DGPOConfig):
+            backward, reference = dgpo_backward, self.reference_velocity
+            rows *= s.train_timesteps
+        else:
+            backward = nft_backward
+            reference = self.reference_velocity if s.kl_beta > 0 and c.lora.enabled else None
+            rows *= max(1, int(s.steps * s.train_fraction))
         self.policy.train()
         self.optimizer.zero_grad(set_to_none=True)
         with self.grad_sync(True) if self.grad_sync is not None else nullcontext():
-            result = nft_backward(self.policy.velocity, batch.cond, batch.tree, advantages, self.sigmas, nft,
-                                  self.old, reference, c.seed, iteration, c.max_batch, batch.first_prompt,
-                                  int(rows))
+            result = backward(self.policy.velocity, batch.cond, batch.tree, advantages, self.sigmas, s,
+                              self.old, reference, c.seed, iteration, c.max_batch, batch.first_prompt,
+                              int(rows))
         norm = torch.nn.utils.clip_grad_norm_(self.params, c.optim.grad_clip)
         if not self._apply_update(norm, result.loss):
             stats.skipped += 1
         self.optimizer.zero_grad(set_to_none=True)
-        self.old.follow(self.optimizer_steps, nft.decay_schedule)
+        if isinstance(s, (AWMConfig, DGPOConfig)):
+            self.old.blend(slow_copy_decay(self.optimizer_steps, s.slow_decay_rate, s.slow_decay_cap))
+        else:
+            self.old.follow(self.optimizer_steps, s.decay_schedule)
         stats.losses.update(loss=result.loss, grpo_loss=result.policy, kl=result.kl)
         stats.grad_norms.append(float(norm))
         stats.nfe_train = result.nfe
+        stats.clipped, stats.edges = result.clipped, result.rows if isinstance(s, DGPOConfig) else 0
         return stats
 
     def _rescale_clip_bounds(self, targets: TrainTargets) -> LossConfig:
@@ -514,10 +544,12 @@ class Trainer:
         skips together); counts skips in a row for :meth:`check_progress`."""
         bad = not (torch.isfinite(grad_norm) and math.isfinite(loss))
         if reduce_max(float(bad), self.dist) == 0.0:
+            if self.ema is not None:  # the anchor's EMA calls of the micro-batches before the step's last
+                self.ema.before_update(self.optimizer_steps)
             self.optimizer.step()
-            if self.ema is not None:
-                self.ema.step(self.optimizer_steps)
             self.optimizer_steps += 1
+            if self.ema is not None:  # and its call after the last, counting the step (core/ema.py)
+                self.ema.after_update(self.optimizer_steps)
             self.skipped_in_a_row = 0
             return True
         self.skipped_in_a_row += 1

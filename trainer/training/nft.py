@@ -47,10 +47,13 @@ class OldPolicy:
             for value, param in zip(trained, self.params, strict=True):
                 param.copy_(value)
 
-    @torch.no_grad()
     def follow(self, step: int, schedule: int) -> float:
         """After an epoch: ``old <- d old + (1 - d) theta`` with the published decay ``d``."""
-        decay = old_policy_decay(step, schedule)
+        return self.blend(old_policy_decay(step, schedule))
+
+    @torch.no_grad()
+    def blend(self, decay: float) -> float:
+        """``old <- decay old + (1 - decay) theta`` (AWM's and DGPO's slow copy use their own decay)."""
         for value, param in zip(self.values, self.params, strict=True):
             value.mul_(decay).add_(param.detach(), alpha=1.0 - decay)
         return decay
@@ -65,6 +68,7 @@ class NftStats:
     kl: float = 0.0
     rows: int = 0
     nfe: int = 0
+    clipped: int = 0  # rows outside a trust region (DGPO's)
 
 
 def nft_rows(tree: Tree, config: DiffusionNFTConfig, seed: int, iteration: int,
@@ -96,6 +100,34 @@ def nft_noise(rows: int, latent_shape: Sequence[int], seed: int, iteration: int,
     return out
 
 
+@dataclass
+class RenoisedBatch:
+    """One micro-batch of training rows: their indices, clean images, noise levels, noise, re-noised
+    latents and conditioning."""
+
+    rows: Tensor
+    x0: Tensor
+    t: Tensor
+    noise: Tensor
+    x_t: Tensor
+    cond: Cond
+
+
+def renoised_batches(tree: Tree, cond: Cond, leaf: Tensor, step: Tensor, noise: Tensor, sigmas: Tensor,
+                     max_batch: int | None) -> Iterator[RenoisedBatch]:
+    """The rows ``(leaf, grid step)`` with their fresh ``noise``, re-noised, ``max_batch`` at a time:
+    the micro-batches of DiffusionNFT's and AWM's updates."""
+    prompt_of = tree.node_prompt[tree.leaf_node]
+    size = leaf.numel() if not max_batch else max(1, max_batch)
+    dev = tree.leaf_latents.device
+    for start in range(0, leaf.numel(), size):
+        rows = torch.arange(start, min(start + size, leaf.numel()))
+        x0 = tree.leaf_latents[leaf[rows]].float()
+        t = sigmas[step[rows]].float().to(dev)
+        eps = noise[rows].to(dev)
+        yield RenoisedBatch(rows, x0, t, eps, renoise(x0, t, eps), select_rows(cond, prompt_of[leaf[rows]]))
+
+
 def nft_backward(velocity: VelocityFn, cond: Cond, tree: Tree, advantages: Tensor,
                  sigmas: Tensor, config: DiffusionNFTConfig, old: OldPolicy,
                  reference: Callable[[Tensor, Tensor, Cond], Tensor] | None, seed: int, iteration: int,
@@ -107,16 +139,9 @@ def nft_backward(velocity: VelocityFn, cond: Cond, tree: Tree, advantages: Tenso
                       tree.leaves_per_prompt)
     r_all = reward_weight(advantages.float(), config.adv_clip)
     total_rows = rows_total or leaf.numel()
-    prompt_of = tree.node_prompt[tree.leaf_node]
     stats = NftStats()
-    size = leaf.numel() if not max_batch else max(1, max_batch)
-    for start in range(0, leaf.numel(), size):
-        rows = torch.arange(start, min(start + size, leaf.numel()))
-        dev = tree.leaf_latents.device
-        x0 = tree.leaf_latents[leaf[rows]].float()
-        t = sigmas[step[rows]].float().to(dev)
-        x_t = renoise(x0, t, noise[rows].to(dev))
-        cond_rows = select_rows(cond, prompt_of[leaf[rows]])
+    for b in renoised_batches(tree, cond, leaf, step, noise, sigmas, max_batch):
+        rows, x0, t, x_t, cond_rows, dev = b.rows, b.x0, b.t, b.x_t, b.cond, b.x0.device
         with torch.no_grad():
             with old.applied():
                 v_old = velocity(x_t, t, cond_rows).float()

@@ -174,10 +174,15 @@ def _protocol(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
     outside = [arm for arm, g in result.grid.items() if not g["inside"]]
     shared = max((r["test_prompts_in_validation"] for r in result.sweep), default=0)
     taste = any(o.startswith("reward=scene:0.5,function") for o in result.base_overrides)
+    # runs timed per iteration were made after each recipe got its anchor's rule for a reward mix
+    mix = ("each recipe combining the two as its anchor does (Flow-GRPO, DiffusionNFT, AWM and DGPO: their "
+           "raw weighted sum; the others: each normalised within its prompt's images, then weighted)"
+           if per_iteration_times(result) else "each normalised within its prompt's images (for every "
+           "recipe: these runs predate each recipe's own rule, docs/algorithm.md)")
     bed = (f"`{result.config}`" if result.config is not None
            else "the embedded default model (`configs/default.yaml`) with the taste task: the scene reward "
-                "mixed half and half with a taste for larger objects (`trainer/bench/tastes.py`), each "
-                "normalised within its prompt's images; the held-out reward is their weighted sum"
+                f"mixed half and half with a taste for larger objects (`trainer/bench/tastes.py`), {mix}; "
+                "the held-out reward is their weighted sum"
            if taste else "the embedded default model and scene reward (`configs/default.yaml`)")
     overrides = " ".join(result.base_overrides) or "no overrides"
     skipped = "; ".join(f"{k} ({v})" for k, v in result.skipped.items())

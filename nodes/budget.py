@@ -40,6 +40,7 @@ STRATEGY_IMAGE_KEYS = {
     "mixgrpo": ("mixgrpo.group_size",), "mixgrpo_flash": ("mixgrpo.group_size",),
     "dancegrpo": ("dancegrpo.group_size",),
     "flow_grpo": ("flow_grpo.group_size",), "flow_grpo_fast": ("flow_grpo.group_size",),
+    "diffusionnft": ("diffusionnft.group_size",), "awm": ("awm.group_size",), "dgpo": ("dgpo.group_size",),
 }
 
 

@@ -137,3 +137,27 @@ def test_window_schedules() -> None:
     assert window_start(50, "fixed", 4, 9) == 4
     with pytest.raises(ValueError, match="unknown window schedule"):
         window_start(0, "cosine", 0, 3)
+
+
+def test_the_training_nodes_leaf_budget_names_every_strategys_image_settings(monkeypatch) -> None:
+    """A too-large group is refused at validation naming the keys that set it, for every recipe
+    (nodes/budget.py imports no ComfyUI, so it is loaded here from its file)."""
+    import importlib.util
+    import sys
+    from dataclasses import fields
+    from pathlib import Path
+
+    from dynamic_treerpo.trainer.config.schema import TrainConfig
+    from dynamic_treerpo.trainer.core.strategies import STRATEGIES
+
+    path = Path(__file__).resolve().parents[1] / "nodes" / "budget.py"
+    spec = importlib.util.spec_from_file_location("treerpo_node_budget", path)
+    budget = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, budget)  # its dataclasses look their module up
+    spec.loader.exec_module(budget)
+    assert set(budget.STRATEGY_IMAGE_KEYS) == set(STRATEGIES)
+    config = TrainConfig()
+    for keys in budget.STRATEGY_IMAGE_KEYS.values():
+        for key in keys:
+            section, name = key.split(".")
+            assert name in {f.name for f in fields(getattr(config, section))}, key

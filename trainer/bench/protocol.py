@@ -76,8 +76,8 @@ from .results import (
 )
 from .stats import ALPHA, exact_floor, seeds_for_exact
 
-QUICK = Budget(images=16, seeds=2, checkpoints=2, lrs=(1e-3, 2e-3), max_extensions=1, sweep_iterations=1,
-               max_iterations_factor=2)
+QUICK = Budget(images=16, seeds=2, checkpoints=2, lrs=(2e-3,), max_extensions=0, sweep_iterations=1,
+               max_iterations_factor=2)  # one rate: the grid's extension is tested on stand-in runs
 QUICK_OVERRIDES = ("data.prompts_per_iteration=1", "data.eval_pairs=4", "sampling.eval_steps=2",
                    "lora.rank=4")
 """The smoke run (``--quick``, CI's): every arm, one prompt per iteration, two iterations, two seeds."""

@@ -39,10 +39,11 @@ class Budget:
     """How much the protocol trains. ``seconds`` None: the equal-seconds budget is the time MixGRPO
     needs for ``images`` (its median sweep iteration), the paper's main baseline."""
 
-    # sized so that the main part (sweep and 11 main arms x 8 seeds) fits 150 minutes on 2 CPU cores
-    # (docs/results.md says what it measured): 5 iterations of 64 images, 2 checkpoints per budget (the
-    # times to target come from the per-iteration evaluations), a 3-iteration sweep whose median gain is
-    # the target, so that the arms reach it at different iterations within the budget
+    # sized for the main part (sweep and 11 main arms x 8 seeds) in 150 minutes on 2 CPU cores: about 100
+    # by the committed run's iteration times (docs/algorithm.md); the command prints its own estimate after
+    # the sweep and warns above 150. 5 iterations of 64 images, 2 checkpoints per budget (the times to
+    # target come from the per-iteration evaluations), a 3-iteration sweep whose median gain is the
+    # target, so that the arms reach it at different iterations within the budget
     images: int = 320
     seconds: float | None = None
     # the fewest with which the exact test can reach the primary family's Holm threshold (8 for 6)

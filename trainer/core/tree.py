@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -227,6 +228,12 @@ class Tree:
 def prompt_generators(seeds: Sequence[int]) -> list[torch.Generator]:
     """One CPU generator per prompt: samples do not depend on batch composition or device."""
     return [torch.Generator().manual_seed(int(seed)) for seed in seeds]
+
+
+def keyed_generator(key: Sequence[int]) -> torch.Generator:
+    """A CPU generator seeded from a tuple of integers (seed, iteration, prompt, ..., a tag): each
+    draw that must not depend on sharding or batch order gets its own stream from what it is."""
+    return torch.Generator().manual_seed(int(np.random.default_rng(list(key)).integers(2**62)))
 
 
 def initial_noise(plan: RolloutPlan, generators: Sequence[torch.Generator],

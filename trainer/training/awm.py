@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -25,7 +24,7 @@ from ..core.awm import (
     timestep_buckets,
 )
 from ..core.cond import Cond
-from ..core.tree import Tree, VelocityFn
+from ..core.tree import Tree, VelocityFn, keyed_generator
 from .nft import NftStats, OldPolicy, nft_noise, renoised_batches
 
 
@@ -41,8 +40,7 @@ def awm_rows(tree: Tree, config: AWMConfig, seed: int, iteration: int,
     for leaf in range(tree.leaf_node.numel()):
         prompt, place = divmod(leaf, per_prompt)
         key = [seed, iteration, first_prompt + prompt, place, 29]
-        gen = torch.Generator().manual_seed(int(np.random.default_rng(key).integers(2**62)))
-        chosen = draw_timesteps(buckets, gen)
+        chosen = draw_timesteps(buckets, keyed_generator(key))
         leaves.append(torch.full((chosen.numel(),), leaf, dtype=torch.long))
         steps.append(chosen)
     return torch.cat(leaves), torch.cat(steps)

@@ -19,12 +19,8 @@ from ..core.awm import matching_error
 from ..core.cond import Cond, select_rows
 from ..core.dgpo import DGPOConfig, dgpo_loss, draw_timesteps, outside_trust_region
 from ..core.nft import renoise
-from ..core.tree import Tree, VelocityFn
+from ..core.tree import Tree, VelocityFn, keyed_generator
 from .nft import NftStats, OldPolicy
-
-
-def _generator(key: list[int]) -> torch.Generator:
-    return torch.Generator().manual_seed(int(np.random.default_rng(key).integers(2**62)))
 
 
 def dgpo_noise(latent_shape: tuple[int, ...], prompts: Tensor, places: Tensor, level: int, seed: int,
@@ -35,7 +31,7 @@ def dgpo_noise(latent_shape: tuple[int, ...], prompts: Tensor, places: Tensor, l
     for i, (prompt, place) in enumerate(zip(prompts.tolist(), places.tolist(), strict=True)):
         key = [seed, iteration, first_prompt + prompt, level, 31] if shared else \
             [seed, iteration, first_prompt + prompt, place, level, 37]
-        out[i] = torch.randn(latent_shape, generator=_generator(key))
+        out[i] = torch.randn(latent_shape, generator=keyed_generator(key))
     return out
 
 

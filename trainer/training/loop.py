@@ -28,7 +28,7 @@ from ..core.losses import clip_bounds
 from ..core.objective import LossConfig, TrainTargets, backward_over_tree, layer_groups, prepare_targets
 from ..core.running_scales import ClipSpread, RewardScale, top_bound
 from ..core.strategies import MixGRPOConfig, TreeConfig, build_plan, window_start
-from ..core.tree import RolloutPlan, Tree, rollout
+from ..core.tree import RolloutPlan, Tree, keyed_generator, rollout
 from ..embedded.policy import EmbeddedPolicy
 from ..lora.adapters import attach_lora, load_lora_state, lora_state_dict, set_adapters_enabled
 from ..lora.files import save_lora_files
@@ -198,8 +198,7 @@ def update_chunks(fwd_prompt: torch.Tensor, fwd_step: torch.Tensor, forwards: to
             for p in prompt_of.unique().tolist():
                 mine = forwards[(prompt_of == p) & (step_of == layer)]
                 key = [seed, iteration, epoch, first_prompt + p, layer, 7]
-                draw = np.random.default_rng(key).integers(2**62)
-                order = torch.randperm(mine.numel(), generator=torch.Generator().manual_seed(int(draw)))
+                order = torch.randperm(mine.numel(), generator=keyed_generator(key))
                 for j, piece in enumerate(torch.tensor_split(mine[order], updates)):
                     parts[(j + offset) % updates].append(piece)
         chunks.extend(torch.cat(part).sort().values for part in parts)

@@ -17,14 +17,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 from ..core.cond import Cond, select_rows
 from ..core.nft import nft_loss, old_policy_decay, renoise, reward_weight, train_timesteps
 from ..core.strategies import DiffusionNFTConfig
-from ..core.tree import Tree, VelocityFn
+from ..core.tree import Tree, VelocityFn, keyed_generator
 
 
 class OldPolicy:
@@ -81,8 +80,7 @@ def nft_rows(tree: Tree, config: DiffusionNFTConfig, seed: int, iteration: int,
     for leaf in range(tree.leaf_node.numel()):
         prompt, place = divmod(leaf, per_prompt)
         key = [seed, iteration, first_prompt + prompt, place, 13]
-        gen = torch.Generator().manual_seed(int(np.random.default_rng(key).integers(2**62)))
-        chosen = train_timesteps(config.steps, config.train_fraction, gen)
+        chosen = train_timesteps(config.steps, config.train_fraction, keyed_generator(key))
         leaves.append(torch.full((chosen.numel(),), leaf, dtype=torch.long))
         steps.append(chosen)
     return torch.cat(leaves), torch.cat(steps)
@@ -95,8 +93,7 @@ def nft_noise(rows: int, latent_shape: Sequence[int], seed: int, iteration: int,
     for i, index in enumerate(leaf.tolist()):
         prompt, place = divmod(index, per_prompt)
         key = [seed, iteration, first_prompt + prompt, place, i, 17]
-        gen = torch.Generator().manual_seed(int(np.random.default_rng(key).integers(2**62)))
-        out[i] = torch.randn(tuple(latent_shape), generator=gen)
+        out[i] = torch.randn(tuple(latent_shape), generator=keyed_generator(key))
     return out
 
 

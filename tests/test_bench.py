@@ -417,6 +417,9 @@ def test_the_two_commands_and_the_readme_table_from_the_command_line(
     assert main(["bench", "protocol", *options]) == 0
     assert "no primary claim can be met or not met (that needs at least 8 seeds)" in capsys.readouterr().out
     assert load(out).parts == ["main"] and not any(r.arm == "no clip" for r in load(out).runs)
+    readme.write_text("<!-- bench protocol claims: begin -->\n<!-- bench protocol claims: end -->\n")
+    assert main(["bench", "report", "--out", str(out), "--readme", str(readme)]) == 0
+    assert "are not in this table: this `protocol.json` holds no ablation part" in readme.read_text()
     assert main(ablations) == 0
     both = load(out)
     assert both.parts == ["main", "ablations"] and any(r.arm == "no clip" for r in both.runs)
@@ -430,6 +433,7 @@ def test_the_two_commands_and_the_readme_table_from_the_command_line(
     assert main(["bench", "report", "--out", str(out), "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert "\nold\n" not in text and text.endswith("<!-- bench protocol claims: end -->\nafter\n")
+    assert "holds no ablation part" not in text
     assert "| faster convergence per sample |" in text and "| dynamic clipping helps (the default clip vs " \
         "none), at equal images |" in text
     readme.write_text("no markers\n")

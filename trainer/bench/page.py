@@ -660,6 +660,10 @@ def readme_claims(result: ProtocolResult, tests: Sequence[Test]) -> str:
         seeds = "" if t.seeds is None else str(t.seeds)
         lines.append(f"| {t.group} | {t.value_text()} | {_test_words(t)} | {seeds} | {_p(t.p_adjusted)} / "
                      f"{_p(t.p_exact_adjusted)} | {verdict} |")
+    if not any(t.family == "ablation" for t in tests):
+        lines += ["", "The paper's ablation claims (LayerTuning-RL, dynamic clipping) are not in this table: "
+                  "this `protocol.json` holds no ablation part (`treerpo bench protocol --part ablations` "
+                  "with the same `--out` adds it), so they are untested here, not inconclusive."]
     return "\n".join([*lines, README_END])
 
 

@@ -265,11 +265,11 @@ def _protocol_command(args: argparse.Namespace) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def _commands(saved: str | None, command: str) -> str:
-    """The commands that made a protocol.json, one a line: a part's is added once (a resumed part's
-    command line is the one that started it)."""
+def _commands(saved: str | None, command: str, resumed: bool = False) -> str:
+    """The commands that made a protocol.json, one a line: a part's is added once; a ``resumed``
+    part keeps the command line that started it (its ``--resume`` may add ``--docs``)."""
     lines = [] if saved is None else saved.splitlines()
-    return "\n".join(lines if command in lines else [*lines, command])
+    return "\n".join(lines if resumed or command in lines else [*lines, command])
 
 
 def _run_bench_protocol(args: argparse.Namespace) -> int:
@@ -288,13 +288,17 @@ def _run_bench_protocol(args: argparse.Namespace) -> int:
             raise ValueError(f"{saved} not found: the ablation part continues a protocol; run its main part "
                              f"first (`treerpo bench protocol --out {args.out}`)")
         previous = load(args.out)
-        result = run_ablations(previous, budget, base, args.config, arms, out=args.out, resume=args.resume)
     else:
         previous = load(args.out) if args.resume and saved.is_file() else None
-        result = run_protocol(budget, base, args.config, arms, out=args.out, resume=previous, part=part)
-    # wall_s: the whole protocol's, a resumed one's included
-    result.command = _commands(None if previous is None else previous.command, _protocol_command(args))
-    save(result, args.out)
+    command = _commands(None if previous is None else previous.command, _protocol_command(args),
+                        resumed=args.resume and previous is not None and part in previous.parts)
+    if part == "ablations":
+        result = run_ablations(previous, budget, base, args.config, arms, out=args.out, resume=args.resume,
+                               command=command)
+    else:
+        result = run_protocol(budget, base, args.config, arms, out=args.out, resume=previous, part=part,
+                              command=command)
+    save(result, args.out)  # wall_s: the whole protocol's, a resumed one's included
     print(format_summary(write_report(result, args.out, args.docs)))
     print(f"written: {args.out / 'protocol.json'}, {args.out / 'bench.json'}, {args.out / 'results.md'}"
           + (f", {args.docs}" if args.docs else "") + f" ({result.wall_s / 60:.1f} min)")

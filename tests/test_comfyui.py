@@ -236,6 +236,11 @@ def test_reward_score_node_scores_images_like_the_trainer(server: Server) -> Non
     ({"reward": "hps-v2.1"}, "reward 'hps-v2.1' needs its weights"),
     ({"settings": "tree.depth=0"}, "depth"),
     ({"settings": "tree.dept=3"}, "unknown key 'tree.dept'"),
+    # a strategy's own constraints, before anything runs: DGPO needs a LoRA; a group above the leaf budget
+    ({"strategy": "dgpo", "settings": "lora.enabled=false"}, "strategy dgpo compares each image's error with "
+     "the LoRA-free model's: it needs a LoRA (lora.enabled: true)"),
+    ({"strategy": "dgpo", "settings": "dgpo.group_size=512"}, "settings: dgpo.group_size=512 make 512 images "
+     "per prompt; the budget is 256 per prompt"),
     ({"reward": "hps-v2.1", "reward_weights": "hps-v2.1=rewards/missing_hps.pt"},
      "weights of reward 'hps-v2.1' not found: "),
     ({"reward": "hps-v2.1", "reward_weights": "hps-v2.1=/etc/passwd"},  # outside the model folders

@@ -310,9 +310,21 @@ def _recipes(result: ProtocolResult, rows: Sequence[dict[str, Any]]) -> list[str
     if averaged:
         note += (" Recipes that publish an evaluation with an average of the weights (EMA), at equal "
                  "images: " + "; ".join(f"{r['arm']} {r['final_eval_reward_ema_mean']:.4f} (live "
-                                        f"{r['final_eval_reward_mean']:.4f})" for r in averaged) + ".")
+                                        f"{r['final_eval_reward_mean']:.4f}){_unmoved(result, r['arm'])}"
+                                        for r in averaged) + ".")
     lines += ["", note, ""]
     return lines
+
+
+def _unmoved(result: ProtocolResult, arm: str) -> str:
+    """A remark when an arm's average still holds the starting weights on every seed (its reward is then
+    the one before training, bit for bit): its schedule had not averaged yet within the image budget."""
+    runs = result.runs_of(arm, "published")
+    averages = [next((p["reward_ema"] for p in reversed(r.points) if "reward_ema" in p), None) for r in runs]
+    if not runs or any(a != r.points[0]["reward"] for a, r in zip(averages, runs, strict=True)):
+        return ""
+    return (", the reward before training on every seed: its schedule had not averaged yet, so the average "
+            "is the starting weights (docs/algorithm.md, Baselines)")
 
 
 def _terms(result: ProtocolResult) -> list[str]:

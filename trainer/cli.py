@@ -292,9 +292,10 @@ def _run_bench_protocol(args: argparse.Namespace) -> int:
         previous = load(args.out) if args.resume and saved.is_file() else None
     command = _commands(None if previous is None else previous.command, _protocol_command(args),
                         resumed=args.resume and previous is not None and part in previous.parts)
+    if previous is not None:  # a continued protocol carries its commands from its first save on
+        previous.command = command
     if part == "ablations":
-        result = run_ablations(previous, budget, base, args.config, arms, out=args.out, resume=args.resume,
-                               command=command)
+        result = run_ablations(previous, budget, base, args.config, arms, out=args.out, resume=args.resume)
     else:
         result = run_protocol(budget, base, args.config, arms, out=args.out, resume=previous, part=part,
                               command=command)

@@ -476,15 +476,15 @@ def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | No
     ``part`` "all" also the ablations (at the default tree's rate) and the like-for-like arms under
     the clip treatments (``part`` "main": those follow with :func:`run_ablations`).
     ``protocol.json`` is rewritten after every run. ``resume``: that saved protocol continues (its
-    sweep, rates and target kept; finished runs not run again). ``command``: the command lines that
-    made the protocol, saved with it from its first write (a stopped run's file names them)."""
+    sweep, rates and target kept; finished runs not run again). ``command``: the command line of a
+    new protocol, saved with it from its first write (a stopped run's file names it; a resumed one
+    keeps its own)."""
     if part not in ("main", "all"):
         raise ValueError(f"run_protocol runs the main part or all of it, not {part!r}")
     began = time.perf_counter()
     if resume is not None:
         check_resumable(resume, budget, base, config_path, arms, part)
         log(f"resuming: the sweep's rates and target kept, {len(resume.runs)} test runs done")
-        resume.command = command or resume.command
         return _test_runs(resume, out, log, part, began)
     chosen = [a for a in arms if part == "all" or a.role == "main"]
     if part == "main" and len(chosen) < len(arms):
@@ -536,11 +536,10 @@ def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | No
 def run_ablations(saved: ProtocolResult, budget: Budget, base: Sequence[str] = (),
                   config_path: str | None = None, arms: Sequence[Arm] = ALL_ARMS,
                   log: Callable[[str], None] = print, out: Path | None = None,
-                  resume: bool = False, command: str | None = None) -> ProtocolResult:
+                  resume: bool = False) -> ProtocolResult:
     """The ablation part: the ablation arms of ``arms`` (at the default tree's rate) and the
     like-for-like arms under the clip treatments (each at its own rate), continuing ``saved``, whose
-    main part has finished; ``resume``: continue an ablation part already started; ``command``: the
-    command lines that made the protocol, this part's included."""
+    main part has finished; ``resume``: continue an ablation part already started."""
     began = time.perf_counter()
     _check_setup(saved, budget, base, config_path)
     if main_part(saved) == "all":
@@ -552,7 +551,6 @@ def run_ablations(saved: ProtocolResult, budget: Budget, base: Sequence[str] = (
                              "give a new --out")
         _check_arms(saved, arms, ("ablation",))
         log(f"resuming the ablation part: {len(saved.runs)} test runs done")
-        saved.command = command or saved.command
         return _test_runs(saved, out, log, "ablations", began)
     if saved.stage != "done":
         raise ValueError("the main part of this protocol has not finished: resume it first (--resume)")
@@ -573,7 +571,6 @@ def run_ablations(saved: ProtocolResult, budget: Budget, base: Sequence[str] = (
     saved.arms += kept
     saved.skipped.update(skipped)
     saved.parts.append("ablations")
-    saved.command = command or saved.command
     extra = _plan_treatments(saved, base, config_path, log)
     saved.stage = "runs"
     if out is not None:

@@ -419,7 +419,7 @@ def test_the_two_commands_and_the_readme_table_from_the_command_line(
     assert load(out).parts == ["main"] and not any(r.arm == "no clip" for r in load(out).runs)
     readme.write_text("<!-- bench protocol claims: begin -->\n<!-- bench protocol claims: end -->\n")
     assert main(["bench", "report", "--out", str(out), "--readme", str(readme)]) == 0
-    assert "are not in this table: this `protocol.json` holds no ablation part" in readme.read_text()
+    assert "not inconclusive: this run holds no ablation part" in readme.read_text()
     assert main(ablations) == 0
     both = load(out)
     assert both.parts == ["main", "ablations"] and any(r.arm == "no clip" for r in both.runs)

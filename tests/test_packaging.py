@@ -127,3 +127,15 @@ def test_readme_keeps_two_set_up_commands_and_says_how_comfyui_users_install_the
         assert needed in install, needed
     assert f"comfy node install {project['name']}" not in install
     assert f"git clone {project['urls']['Repository']}" not in install
+
+
+def test_the_changelog_starts_at_the_version_pyproject_gives() -> None:
+    """A release a person can follow: the newest CHANGELOG.md entry is ``[project] version``, and every
+    entry's version is a new one, newest first."""
+    text = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+    versions = re.findall(r"^## (\d+\.\d+\.\d+) \(\d{4}-\d{2}-\d{2}\)$", text, re.M)
+    assert versions, "CHANGELOG.md has no '## X.Y.Z (YYYY-MM-DD)' entry"
+    version = PYPROJECT["project"]["version"]
+    assert versions[0] == version, f"pyproject.toml says {version}, CHANGELOG.md's newest entry {versions[0]}"
+    as_tuples = [tuple(int(n) for n in v.split(".")) for v in versions]
+    assert as_tuples == sorted(set(as_tuples), reverse=True), f"CHANGELOG.md out of order: {versions}"

@@ -576,7 +576,7 @@ SCOPE = (
     "## Scope",
     "",
     "- On the embedded default this is a 1.85M-parameter model on CPU with the task of the test bed above, "
-    "not FLUX on GPUs. Forward counts are properties of the plans and carry over (`treerpo nfe`, README); "
+    "not FLUX on GPUs. Forward counts are properties of the plans and carry over (`treerpo nfe`, training.md); "
     "seconds and rewards are the test bed's. The same command runs on a FLUX or SD3 config with a model "
     "reward (above).",
     "- Whether the budget separates gains from seed noise at all is the budget check above; differences "
@@ -642,40 +642,42 @@ README_BEGIN = "<!-- bench protocol claims: begin -->"
 README_END = "<!-- bench protocol claims: end -->"
 
 
-def _test_words(t: Test) -> str:
-    """Which tests made a claim's p-values, in a few words."""
-    kind = ("one-sample t and exact sign-flip of the ratio minus the threshold"
-            if t.key.startswith("efficiency") else "paired t and exact sign-flip")
-    if t.components:
-        what = "pairs" if t.key.startswith("efficiency") else "baselines"
-        kind += f", against each of {len(t.components)} {what} (intersection-union)"
-    if t.descriptive:
-        kind += "; no verdict: times on the checkpoint grid"
-    return kind
+def _short_value(t: Test) -> str:
+    """A claim's figure in two significant digits, its 95% interval and the comparator it is against:
+    the README's short form of ``Test.value_text`` (the page keeps four digits)."""
+    c = t.comparison
+    if c is None:
+        return t.note
+    sign = "" if t.offset else "+"
+    d, lo, hi = (v + t.offset for v in (c.difference, c.low, c.high))
+    unit = " images" if t.key.startswith("time:images") else t.unit  # the page says it in its measure
+    text = f"{d:{sign}.2g}{unit} ({lo:{sign}.2g} .. {hi:{sign}.2g})"
+    if t.binding is not None and t.union is not None:
+        text += f" vs {t.binding.against}"
+    return text
 
 
 def readme_claims(result: ProtocolResult, tests: Sequence[Test]) -> str:
-    """The README's verdict table, between its markers: per claim of the primary and ablation-claims
-    families, the tests, the seeds, both Holm-adjusted p-values and the verdict ("met" and "not met"
-    only where both tests give it; everything else "inconclusive")."""
-    commands = " then ".join(f"`{c}`" for c in result.command.splitlines())
+    """The README's short verdict table, between its markers: per claim of the primary and
+    ablation-claims families, the figure with its 95% interval and the verdict ("met" and "not met" only
+    where the t test and the exact test both give it after Holm; everything else "inconclusive"). The
+    p-values and what each verdict rests on are on the results page it links to."""
     lines = [README_BEGIN,
-             f"Rendered by `treerpo bench report --readme` from the `protocol.json` of {commands} "
-             f"({result.budget.seeds} seeds per arm). Each claim's p-values are Holm-adjusted within its "
-             "family (the paper's claims about the main arms; its ablation claims).", "",
-             "| claim | measured (mean, 95% CI) | tests | seeds | Holm p: t test / exact | verdict |",
-             "|---|---|---|---|---|---|"]
+             f"| the paper's claim | on the CPU test bed, {result.budget.seeds} paired seeds: mean (95% CI) "
+             "| verdict |", "|---|---|---|"]
     for t in tests:
         if t.family not in ("primary", "ablation"):
             continue
         verdict = t.verdict if t.verdict in ("met", "not met") else "inconclusive"
-        seeds = "" if t.seeds is None else str(t.seeds)
-        lines.append(f"| {t.group} | {t.value_text()} | {_test_words(t)} | {seeds} | {_p(t.p_adjusted)} / "
-                     f"{_p(t.p_exact_adjusted)} | {verdict} |")
+        lines.append(f"| {t.group} | {_short_value(t)} | {verdict} |")
+    commands = " then ".join(f"`{c}`" for c in result.command.splitlines())
+    lines += ["", f"From {commands}; rendered by `treerpo bench report --readme`. A verdict needs a paired t "
+              "test and an exact sign-flip test to agree after Holm's correction, against every baseline "
+              "at once (the figure is against the one that decides); both p-values of every comparison: "
+              "[docs/results.md](docs/results.md)."]
     if not any(t.family == "ablation" for t in tests):
-        lines += ["", "The paper's ablation claims (LayerTuning-RL, dynamic clipping) are not in this table: "
-                  "this `protocol.json` holds no ablation part (`treerpo bench protocol --part ablations` "
-                  "with the same `--out` adds it), so they are untested here, not inconclusive."]
+        lines += ["The paper's ablation claims (LayerTuning-RL, dynamic clipping) are untested at this "
+                  "number of seeds, not inconclusive: this run holds no ablation part (`--part ablations`)."]
     return "\n".join([*lines, README_END])
 
 

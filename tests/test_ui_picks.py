@@ -493,7 +493,9 @@ def test_pick_leaves_on_the_node_then_train_from_the_picks(page, tmp_path: Path,
     tools.evaluate(f"""(() => {{ app.api.dispatchCustomEvent('executed', {{node: '{CHOOSE_ID}',
                        display_node: '{CHOOSE_ID}', output: {output}, prompt_id: 'treerpo-ui-test'}});
                        return true; }})()""")
-    red = wait_for(tools, f"({GUARD})({CHOOSE_ID})", lambda s: s["line"] == line, timeout=30)
+    # the node grows to the longer line a frame or two after its text changes: wait for it to settle
+    red = wait_for(tools, f"({GUARD})({CHOOSE_ID})",
+                   lambda s: s["line"] == line and s["lineShown"]["uncovered"], timeout=30)
     assert red["base"] and red["color"] != chosen["color"], (red, chosen)
     assert_shown({"shown": red["lineShown"]}, "the guard's red line")
     UI.save_screenshot(tools, shots, "guard_choose_node_base_returned", nodes=[CHOOSE_ID])

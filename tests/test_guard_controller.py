@@ -7,11 +7,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-import torch
 
 from dynamic_treerpo.trainer.guard.controller import (
     ControllerConfig,
-    mix_advantages,
     picks_weight,
     start,
     update,
@@ -79,15 +77,6 @@ def test_two_tastes_end_near_the_limit_under_the_controller_but_not_at_one_fixed
         assert _run(sensitivity, steered) == pytest.approx(LIMIT, rel=0.25), sensitivity
     at_fixed = [_run(s, fixed) for s in (0.03, 0.2)]
     assert at_fixed[0] < 0.5 * LIMIT and at_fixed[1] > 1.5 * LIMIT, at_fixed  # far under, far past
-
-
-def test_the_advantages_mix_as_safe_rlhf_mixes_them() -> None:
-    taste, guard = torch.tensor([1.0, -1.0, 0.5]), torch.tensor([-1.0, 1.0, 0.0])
-    assert torch.equal(mix_advantages(taste, guard, 0.0), taste)
-    assert torch.allclose(mix_advantages(taste, guard, 1.0), torch.tensor([0.0, 0.0, 0.25]))
-    assert torch.allclose(mix_advantages(taste, guard, 3.0), (taste + 3 * guard) / 4)
-    with pytest.raises(ValueError, match="differ in shape"):
-        mix_advantages(taste, guard[:2], 1.0)
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -7,10 +7,10 @@ guard is a constraint, "the guard's mean may fall by at most ``limit``", and its
 Lagrangian"): the integral term is dual ascent, the proportional term answers at once, and the
 derivative term damps the overshoot that plain dual ascent shows when the fall rises quickly.
 
-The advantages are mixed as Safe RLHF (Dai et al. 2023) and constrained GRPO mix them, each
-normalised within its group first, then ``(A_taste + lambda * A_guard) / (1 + lambda)``: the guard is a
-reward to keep, so its advantage is added. The picks weight is therefore ``1 / (1 + lambda)`` and the
-guard's ``lambda / (1 + lambda)``; ``lambda = 0`` trains on the taste alone.
+The rewards are mixed as Safe RLHF (Dai et al. 2023) and constrained GRPO mix them, each normalised
+within its group first, then ``(A_taste + lambda * A_guard) / (1 + lambda)`` (the guard is a reward to
+keep, so it is added): that is ``RewardMix.training_signal``'s normalised rule with the picks weight
+``1 / (1 + lambda)`` and the guard's ``lambda / (1 + lambda)``; ``lambda = 0`` trains on the taste alone.
 
 Pure functions over a small frozen state, so the loop only asks for a weight and a resumed run
 continues the same path (the state is a few floats in the checkpoint).
@@ -19,8 +19,6 @@ continues the same path (the state is a few floats in the checkpoint).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-
-import torch
 
 
 @dataclass(frozen=True)
@@ -82,13 +80,3 @@ def picks_weight(state: ControllerState) -> float:
     """The weight of the taste's advantage, ``1 / (1 + lambda)``; the guard's is one minus it."""
     return 1.0 / (1.0 + state.multiplier)
 
-
-def mix_advantages(taste: torch.Tensor, guard: torch.Tensor, multiplier: float) -> torch.Tensor:
-    """``(A_taste + lambda * A_guard) / (1 + lambda)``: both advantages already normalised within their
-    group, so the weight means the same on every taste whatever its spread within a group."""
-    if taste.shape != guard.shape:
-        raise ValueError(f"the taste's and the guard's advantages differ in shape: {tuple(taste.shape)} "
-                         f"and {tuple(guard.shape)}")
-    if multiplier < 0:
-        raise ValueError(f"the multiplier must be >= 0, got {multiplier}")
-    return (taste + multiplier * guard) / (1.0 + multiplier)

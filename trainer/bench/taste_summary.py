@@ -56,7 +56,7 @@ def rechosen(run: dict[str, Any], margin: float) -> dict[str, Any]:
 
     fields = TrailPoint.__dataclass_fields__
     points = run["points"]
-    trail = Trail(run["limit"], 0.0, [TrailPoint(**{k: p[k] for k in fields}) for p in points])
+    trail = Trail(run["limit"], 0.0, [TrailPoint(**{k: p[k] for k in fields if k in p}) for p in points])
     point = choose(trail, margin).point
     if point is None:
         return points[0]

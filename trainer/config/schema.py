@@ -275,7 +275,10 @@ class GuardConfig:
     (1: the limit holds unless the measurement was unlucky by more than one standard error);
     ``strength_tries``: lower LoRA strengths measured for checkpoints past the limit. The reward's own
     weights are used as written: under the guard, weigh the picks high (the node trains with
-    ``picks:0.5``); the limit, not the weight, decides how far training goes.
+    ``picks:0.5``); the limit, not the weight, decides how far training goes. ``steer``: the guard also
+    steers training: after each checkpoint a controller (``trainer/guard/controller.py``) sets the picks
+    weight of the next iterations from the measured fall, starting from the reward's own weight, so the
+    run ends near the limit whatever the taste (being measured: off by default until it is).
     """
 
     keep: str | bool = "closely"  # YAML reads a bare ``off`` as false: both mean off
@@ -285,6 +288,7 @@ class GuardConfig:
     seed: int = 777
     margin: float = 1.0
     strength_tries: int = 2
+    steer: bool = False
 
     def __post_init__(self) -> None:
         if self.keep is False:
@@ -295,12 +299,12 @@ class GuardConfig:
             raise ValueError(f"guard.limit must be >= 0, got {self.limit}")
         if self.checkpoints < 1 or self.pairs < 2 or self.strength_tries < 0:
             raise ValueError("guard.checkpoints must be >= 1, guard.pairs >= 2 and guard.strength_tries >= 0")
+        if self.margin < 0:
+            raise ValueError(f"guard.margin must be >= 0, got {self.margin}")
 
     def every(self, iterations: int) -> int:
         """Iterations between checkpoints in a run of ``iterations`` (the last one always is one)."""
         return max(1, math.ceil(iterations / self.checkpoints))
-        if self.margin < 0:
-            raise ValueError(f"guard.margin must be >= 0, got {self.margin}")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from ..config.schema import GuardConfig, TrainConfig
 from ..lora.adapters import load_lora_state, lora_state_dict
 from ..rewards.mix import RewardMix, parse_reward_spec
 from .choice import Choice, allowed, choose, take
+from .controller import ControllerConfig, ControllerState, picks_weight, update
 from .levels import guard_limit
 from .trail import Trail, TrailPoint, paired_se, point_key, scaled_lora, snapshot
 
@@ -112,6 +113,10 @@ class GuardedTraining:
         self.snapshots: dict[int, dict[str, Tensor]] = {} if previous is None else dict(previous.snapshots)
         self.base_guard: Tensor | None = previous.base_guard if previous is not None else None
         self.images: dict[str, Tensor] = dict(previous.images) if previous is not None else {}
+        self.taste_name = taste
+        self.start_weight = next(t.weight for t in parse_reward_spec(reward_spec or trainer.config.reward)
+                                 if t.name == taste)  # where steering starts, as the reward is written
+        self.steering: ControllerState | None = None  # set when the limit is known (begin), if steering
 
     # ------------------------------------------------------------------ measuring
     @torch.no_grad()
@@ -127,8 +132,9 @@ class GuardedTraining:
         taste, guard, images = self.score()
         if self.base_guard is None:
             self.base_guard = guard
+        weight = self.trainer.reward.weight_of(self.taste_name) if strength == 1.0 and iteration else None
         point = TrailPoint(iteration, strength, float(taste.mean()), float(guard.mean()),
-                           paired_se(guard, self.base_guard))
+                           paired_se(guard, self.base_guard), weight)
         if self.keep_images:
             self.images[point_key(point)] = images[: self.keep_images]
         if self.trail is None:
@@ -144,6 +150,38 @@ class GuardedTraining:
         self.log(f"guard: base taste {point.taste:.4f}, prompt-following {point.guard:.4f}; limit: a fall "
                  f"of at most {self.trail.limit:.4f} ({self.config.keep})")
         return point
+
+    # ------------------------------------------------------------------ steering
+    def _controller(self, point: TrailPoint) -> ControllerConfig:
+        """The controller's setpoint after measuring ``point``: the limit less the margin the choice will
+        ask of the fall's standard error, so that it steers to checkpoints the limit allows."""
+        return ControllerConfig(limit=max(0.0, self.trail.limit - self.config.margin * point.guard_se))
+
+    def _start_steering(self) -> ControllerState:
+        """The controller as it stands after the checkpoints already on the trail (none in a new run; a
+        resumed or continued run replays them, so it steers as an uninterrupted one would). It starts from
+        the reward's own picks weight ``w``, lambda ``(1 - w) / w``: where the fixed weight would train."""
+        w = self.start_weight
+        start = ControllerConfig(limit=self.trail.limit)
+        lam = min(start.most, (1.0 - w) / w)
+        state = ControllerState(multiplier=lam, integral=lam / start.ki)
+        for point in self.trail.points:
+            if point.iteration > 0 and point.strength == 1.0:
+                state = update(state, self.trail.fall(point), self._controller(point))
+        return state
+
+    def steer(self, point: TrailPoint) -> float:
+        """After a checkpoint: the controller's next multiplier from the measured fall, and the picks
+        weight it gives set on the trainer's reward for the iterations up to the next checkpoint."""
+        assert self.steering is not None
+        self.steering = update(self.steering, self.trail.fall(point), self._controller(point))
+        return self._apply_steering()
+
+    def _apply_steering(self) -> float:
+        weight = picks_weight(self.steering)
+        self.trainer.reward.set_share(self.taste_name, weight)
+        self.log(f"guard: the picks weight is now {weight:.3f}")
+        return weight
 
     def is_checkpoint(self, done: int, total: int) -> bool:
         """Whether the guard keeps a checkpoint after ``done`` of ``total`` iterations."""
@@ -205,6 +243,10 @@ class GuardedTraining:
         """Train iterations ``start .. start+count-1`` with checkpoints, then choose."""
         if self.trail is None:
             self.begin()
+        if self.config.steer:
+            self.steering = self._start_steering()
+            if self.steering.steps:
+                self._apply_steering()
         total = start + count
         for it in range(start, total):
             row = self.trainer.step(it)
@@ -212,5 +254,7 @@ class GuardedTraining:
             if on_iteration is not None:
                 on_iteration(it - start + 1, row)
             if self.is_checkpoint(it + 1, total):
-                self.checkpoint(it + 1)
+                point = self.checkpoint(it + 1)
+                if self.steering is not None and it + 1 < total:
+                    self.steer(point)
         return self.finish()

@@ -13,13 +13,15 @@ from torch import Tensor
 class TrailPoint:
     """One checkpoint (``iteration`` 0: the base model) at one LoRA ``strength``: the mean taste
     (personal reward) and guard reward over the validation pairs, and the standard error of the
-    guard's change from the base (paired: the same prompts and seeds)."""
+    guard's change from the base (paired: the same prompts and seeds); ``picks_weight``: the taste's
+    weight training used up to this checkpoint (its path, when a guard steered it; None: not recorded)."""
 
     iteration: int
     strength: float
     taste: float
     guard: float
     guard_se: float = 0.0
+    picks_weight: float | None = None
 
     @property
     def label(self) -> str:

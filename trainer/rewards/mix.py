@@ -101,6 +101,19 @@ class RewardMix:
     def names(self) -> list[str]:
         return [t.name for t in self.terms]
 
+    def weight_of(self, name: str) -> float:
+        return next(t.weight for t in self.terms if t.name == name)
+
+    def set_share(self, name: str, weight: float) -> None:
+        """Give term ``name`` the weight ``weight`` and the other terms ``1 - weight``, shared as their
+        weights were: how a guard that steers training moves the picks weight between iterations."""
+        if not 0.0 < weight <= 1.0:
+            raise ValueError(f"the weight of {name!r} must lie in (0, 1], got {weight}")
+        others = sum(t.weight for t in self.terms if t.name != name)
+        self.terms = [RewardTerm(t.name, weight if t.name == name else
+                                 (1.0 - weight) * (t.weight / others if others > 0 else 0.0))
+                      for t in self.terms]
+
     def __call__(self, images: Tensor, prompts: Sequence[str]) -> dict[str, Tensor]:
         if len(self.terms) == 1:
             return self.fns[self.terms[0].name](images, prompts)

@@ -226,8 +226,10 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
                                    tooltip="a reward that keeps the images following their prompt while "
                                            "they move toward your taste (scene: the embedded model's "
                                            "checker); none: your picks alone"),
+                    # optional since 0.2.0: a graph saved before the guard has none and keeps its fixed
+                    # weight (KEEP_OFF); a node dragged in new starts at DEFAULT_KEEP (CHANGELOG.md)
                     io.Combo.Input("keep_following", display_name="keep following the prompt",
-                                   options=KEEP_OPTIONS, default=DEFAULT_KEEP,
+                                   options=KEEP_OPTIONS, default=DEFAULT_KEEP, optional=True,
                                    tooltip="how much following the prompt you will trade for your "
                                            "taste: strictly / closely / loosely let the guard reward fall "
                                            "by at most 0.01 / 0.02 / 0.05 (scene reward; another guard: "
@@ -259,8 +261,8 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
             outputs=training_outputs())
 
     @classmethod
-    def validate_inputs(cls, picks_folder: str, guard_reward: str, keep_following: str, picks_weight: float,
-                        reward_weights: str, mode: str, settings: str) -> bool:
+    def validate_inputs(cls, picks_folder: str, guard_reward: str, picks_weight: float, reward_weights: str,
+                        mode: str, settings: str, keep_following: str = KEEP_OFF) -> bool:
         weights = {}
         if guard_reward != NO_GUARD:  # first: missing weights are named on the first run, not after picking
             weights = check_reward_inputs(guard_reward, "", reward_weights)
@@ -296,8 +298,8 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
         return hashlib.sha256("\n".join(saves).encode()).hexdigest()
 
     @classmethod
-    def execute(cls, model: Any, picks_folder: str, iterations: int, guard_reward: str, keep_following: str,
-                picks_weight: float, reward_weights: str, mode: str, seed: int, settings: str,
+    def execute(cls, model: Any, picks_folder: str, iterations: int, guard_reward: str, picks_weight: float,
+                reward_weights: str, mode: str, seed: int, settings: str, keep_following: str = KEEP_OFF,
                 previous: TrainingState | None = None, clip: Any = None, vae: Any = None,
                 latent: dict | None = None) -> io.NodeOutput:
         folder = folder_of(picks_folder)

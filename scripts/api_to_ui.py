@@ -31,6 +31,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from dynamic_treerpo.trainer.comfyui_host.layouts import STAMP, read_record
 from dynamic_treerpo.trainer.comfyui_host.runner import boot, comfyui_root
 from dynamic_treerpo.trainer.comfyui_host.workflow_format import Definitions, api_to_ui, read_workflow
 
@@ -90,6 +91,10 @@ def ui_workflow(prompt: dict, definitions: Definitions, name: str) -> dict:
     workflow_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"dynamic-treerpo/workflows/{name}"))
     workflow = api_to_ui(prompt, definitions, workflow_id)
     workflow["extra"].pop("ds", None)
+    release, layouts = read_record().current  # the release whose layout the values are in, as the UI stamps
+    for node in workflow["nodes"]:
+        if node["type"] in layouts:
+            node.setdefault("properties", {})[STAMP] = release
     return workflow
 
 

@@ -101,6 +101,8 @@ from comfyui_server import PACK_NAME, Server, comfyui_dir, start_server, stop_se
 sys.path.insert(0, str(REPO / "scripts"))  # api_to_ui: the UI files' names and their API files
 from api_to_ui import api_path, ui_path  # noqa: E402
 
+from dynamic_treerpo.trainer.comfyui_host.layouts import migrate_workflow, with_added_inputs  # noqa: E402
+
 try:  # --find-browser needs no Playwright (`make` asks it before the test extra may be installed)
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
@@ -617,18 +619,26 @@ def wait_for_app(tools: Browser, timeout: float = 180.0) -> int:
     raise BrowserError(f"the ComfyUI page did not finish loading in {timeout:.0f} s")
 
 
-def check_file(tools: Browser, ui_file: Path, origin: str) -> tuple[str, list[str], list[str]]:
-    """(summary, failures, notes) of loading ``ui_file`` in the page as a dropped or opened file."""
+def check_file(tools: Browser, ui_file: Path, origin: str, saved: bool = False
+               ) -> tuple[str, list[str], list[str]]:
+    """(summary, failures, notes) of loading ``ui_file`` in the page as a dropped or opened file;
+    ``saved``: a workflow saved with an earlier release (see :func:`check_loaded`)."""
     text = ui_file.read_text(encoding="utf-8")
     load = (f"() => app.handleFile(new File([{json.dumps(text)}], {json.dumps(ui_file.name)}, "
             "{type: 'application/json'}))")
-    return check_loaded(tools, ui_file, origin, load)
+    return check_loaded(tools, ui_file, origin, load, saved)
 
 
-def check_loaded(tools: Browser, ui_file: Path, origin: str, load: str) -> tuple[str, list[str], list[str]]:
+def check_loaded(tools: Browser, ui_file: Path, origin: str, load: str, saved: bool = False
+                 ) -> tuple[str, list[str], list[str]]:
     """(summary, failures, notes) of opening the workflow of ``ui_file`` with ``load`` (an async
-    JavaScript function of no arguments, run in the page)."""
+    JavaScript function of no arguments, run in the page). ``saved``: the file was saved with an earlier
+    release of the pack, so the page must hold its values as the pack's migration writes them
+    (``trainer/comfyui_host/layouts.py``, as ``web/saved_workflows.js`` does), and queue its API file with
+    the inputs added since filled with their old-behaviour values."""
     ui = json.loads(ui_file.read_text(encoding="utf-8"))
+    if saved:
+        ui = migrate_workflow(ui)
     api_file = api_path(ui_file)
     tools.take_events()
     page = tools.evaluate(f"({PAGE_CHECK})({load})", timeout=120)
@@ -643,7 +653,8 @@ def check_loaded(tools: Browser, ui_file: Path, origin: str, load: str) -> tuple
     if page["left"]:
         failures.append(f"{page['left']} dialog(s) could not be closed")
     if api_file.is_file():
-        failures += compare_prompt(json.loads(api_file.read_text(encoding="utf-8")), page["output"])
+        api = json.loads(api_file.read_text(encoding="utf-8"))
+        failures += compare_prompt(with_added_inputs(api) if saved else api, page["output"])
     else:
         failures.append(f"no {api_file.name} to compare graphToPrompt() with")
     notes = []
@@ -978,6 +989,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run train_embedded and best_of_tree from the page (ComfyUI started with "
                              "--preview-method auto) until their nodes show live previews; with "
                              "--screenshots, PNGs of those nodes mid-run (run_<name>.png)")
+    parser.add_argument("--saved", action="store_true",
+                        help="the files were saved with an earlier release (tests/fixtures/saved_workflows): "
+                             "expect their values migrated to today's nodes")
     parser.add_argument("--vue-nodes", action="store_true",
                         help='draw the nodes as Vue components ("Nodes 2.0", the setting '
                              'Comfy.VueNodes.Enabled) instead of on the canvas')
@@ -1020,7 +1034,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in boot if args.verbose else ():
                 print(f"  . {line}")
             for file in files:
-                summary, failures, notes = check_file(tools, file, server.url)
+                summary, failures, notes = check_file(tools, file, server.url, args.saved)
                 failed |= bool(failures)
                 print(report(summary, failures, notes))
                 if args.screenshots is not None:

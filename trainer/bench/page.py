@@ -576,9 +576,9 @@ SCOPE = (
     "## Scope",
     "",
     "- On the embedded default this is a 1.85M-parameter model on CPU with the task of the test bed above, "
-    "not FLUX on GPUs. Forward counts are properties of the plans and carry over (`treerpo nfe`, training.md); "
-    "seconds and rewards are the test bed's. The same command runs on a FLUX or SD3 config with a model "
-    "reward (above).",
+    "not FLUX on GPUs. Forward counts are properties of the plans and carry over (`treerpo nfe`, "
+    "training.md); seconds and rewards are the test bed's. The same command runs on a FLUX or SD3 config "
+    "with a model reward (above).",
     "- Whether the budget separates gains from seed noise at all is the budget check above; differences "
     "between recipes much smaller than the default's own 95% half-width need more images or seeds than "
     "this page spends to leave \"inconclusive\".",

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .layouts import migrate_workflow
 from .workflow_format import Definitions, is_ui_workflow, read_workflow, ui_to_api
 
 PACK_ROOT = Path(__file__).resolve().parents[2]  # the checkout: the node pack's folder
@@ -306,7 +307,7 @@ def run_workflow(path: Path, comfyui: Path | str | None = None, output: Path | N
         try:
             if is_ui_workflow(data):
                 types = {n["type"] for n in data["nodes"]}
-                prompt = ui_to_api(data, host.definitions(types))
+                prompt = ui_to_api(migrate_workflow(data), host.definitions(types))
                 extra = {"workflow": data}
             else:
                 prompt, extra = data, None

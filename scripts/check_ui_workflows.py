@@ -66,9 +66,10 @@ node's own element, and Best of Tree's grid a widget mounted in it). tests/test_
 ``--screenshots DIR`` saves a 1400x900 PNG of the page with each workflow fitted into view
 (``<id>.png``: the API id), of the template browser (``template_browser.png``) and of each workflow
 opened from it as the frontend shows it (``template_<id>.png``), and of the live previews
-(``run_<id>.png``); tests/test_ui_frontend.py
-runs ``--templates --screenshots DIR`` and (a test of its own, the slowest) ``--run-previews
---screenshots DIR`` on the two workflows it runs, under ``make test``.
+(``run_<id>.png``); with ``--saved``, ``<commit folder>_<id>.png`` and a close-up of the nodes whose
+values the pack's migration moved or could not read (``<commit folder>_<id>_migrated.png``);
+tests/test_ui_frontend.py runs ``--templates --screenshots DIR`` and (a test of its own, the slowest)
+``--run-previews --screenshots DIR`` on the two workflows it runs, under ``make test``.
 
 Prints one line per workflow (name, nodes, links, OK or the differences); exit status 1 when any
 check failed, 2 when ComfyUI or the browser cannot be started. ``--find-browser`` only prints the
@@ -101,7 +102,12 @@ from comfyui_server import PACK_NAME, Server, comfyui_dir, start_server, stop_se
 sys.path.insert(0, str(REPO / "scripts"))  # api_to_ui: the UI files' names and their API files
 from api_to_ui import api_path, ui_path  # noqa: E402
 
-from dynamic_treerpo.trainer.comfyui_host.layouts import migrate_workflow, with_added_inputs  # noqa: E402
+from dynamic_treerpo.trainer.comfyui_host.layouts import (  # noqa: E402
+    migrate_values,
+    migrate_workflow,
+    read_record,
+    with_added_inputs,
+)
 
 try:  # --find-browser needs no Playwright (`make` asks it before the test extra may be installed)
     from playwright.sync_api import Error as PlaywrightError
@@ -637,12 +643,16 @@ def check_loaded(tools: Browser, ui_file: Path, origin: str, load: str, saved: b
     (``trainer/comfyui_host/layouts.py``, as ``web/saved_workflows.js`` does), and queue its API file with
     the inputs added since filled with their old-behaviour values."""
     ui = json.loads(ui_file.read_text(encoding="utf-8"))
+    unread = []
     if saved:
-        ui = migrate_workflow(ui)
+        try:
+            ui = migrate_workflow(ui)
+        except ValueError as err:  # the page leaves such values as they are, and says so on the node
+            unread.append(f"not migrated: {err}")
     api_file = api_path(ui_file)
     tools.take_events()
     page = tools.evaluate(f"({PAGE_CHECK})({load})", timeout=120)
-    failures = compare_graph(ui, page)
+    failures = unread + compare_graph(ui, page)
     logged, offline = problems_in_log(tools.take_events(), origin)
     failures += logged
     models = [m for batch in page["seen"]["missingModels"] for m in batch]
@@ -665,6 +675,23 @@ def check_loaded(tools: Browser, ui_file: Path, origin: str, load: str, saved: b
         notes.append(f"{offline} blocked request(s) to other hosts left out")
     summary = f"{short_name(ui_file)}: {len(page['nodes'])} nodes, {len(page['graph']['links'])} links"
     return summary, failures, notes
+
+
+def migrated_nodes(ui_file: Path) -> list[int]:
+    """Ids of the nodes of a saved workflow whose values the pack's migration moves or cannot read: what
+    a close-up screenshot of a saved workflow shows."""
+    record = read_record()
+    ids = []
+    for node in json.loads(ui_file.read_text(encoding="utf-8"))["nodes"]:
+        values = node.get("widgets_values")
+        if node.get("type") in record.current[1] and isinstance(values, list):
+            try:
+                moved = migrate_values(record, node["type"], values) != values
+            except ValueError:
+                moved = True
+            if moved:
+                ids.append(node["id"])
+    return ids
 
 
 def short_name(ui_file: Path) -> str:
@@ -1037,8 +1064,12 @@ def main(argv: list[str] | None = None) -> int:
                 summary, failures, notes = check_file(tools, file, server.url, args.saved)
                 failed |= bool(failures)
                 print(report(summary, failures, notes))
-                if args.screenshots is not None:
-                    print(f"  screenshot: {save_screenshot(tools, args.screenshots, short_name(file))}")
+                if args.screenshots is not None:  # saved ones: <commit folder>_<id>, as releases share ids
+                    name = f"{file.parent.name}_{short_name(file)}" if args.saved else short_name(file)
+                    print(f"  screenshot: {save_screenshot(tools, args.screenshots, name)}")
+                    if args.saved and (moved := migrated_nodes(file)):
+                        path = save_screenshot(tools, args.screenshots, f"{name}_migrated", nodes=moved)
+                        print(f"  screenshot: {path}")
             if args.templates:
                 summary, failures, notes = check_template_browser(tools, server.url, args.screenshots)
                 failed |= bool(failures)

@@ -12,8 +12,9 @@
 //
 // Which release: the node property treerpo_layout, stamped on every node of the pack this extension sees
 // created (so graphs saved from now on say it), else the newest release whose slots the values fit, by
-// count and by kind of value. Values that fit no release are left as they are, and a warning names the
-// node; the server's validation then names the value it refuses.
+// count and by kind of value. Values that fit no release are left as they are, and one line says so on
+// the node itself (a red badge above its title, in both node views), in a toast and in the console; the
+// server's validation then names the value it refuses.
 import { app } from "../../scripts/app.js";
 
 const STAMP = "treerpo_layout";
@@ -43,7 +44,7 @@ function fitsLayout(layout, values) {
 // [release, layout] of a saved node's values, or null
 function savedLayout(data, type, values, stamp) {
   const stamped = data.releases.find((r) => r.version === stamp)?.nodes[type];
-  if (stamped) return [stamp, stamped];
+  if (stamped && fitsLayout(stamped, values)) return [stamp, stamped];
   for (const release of [...data.releases].reverse()) {
     const layout = release.nodes[type];
     if (layout && fitsLayout(layout, values)) return [release.version, layout];
@@ -57,8 +58,8 @@ export function migrateValues(data, type, values, stamp) {
   if (!current || !Array.isArray(values)) return { values };
   const found = savedLayout(data, type, values, stamp);
   if (!found) {
-    return { values, problem: `${type}: its ${values.length} saved widget values fit the inputs of no release ` +
-                              "of this pack: add the node again" };
+    return { values, problem: `${type}: its ${values.length} saved values fit no release of this pack: add ` +
+                              "the node again" };
   }
   const [version, saved] = found;
   const byName = new Map(saved.widgets.map(([name], i) => [name, values[i]]));
@@ -72,6 +73,36 @@ export function migrateValues(data, type, values, stamp) {
   return { values: out, from: version };
 }
 
+// A badge above the node's title with one line. LiteGraph draws whatever getWidth/draw a badge has (its
+// own LGraphBadge class is not exported to extensions); the Vue node view shows its text and colours.
+function warningBadge(text) {
+  const font = "12px sans-serif";
+  return {
+    text, fgColor: "#ffffff", bgColor: "#b3261e", height: 20, visible: true,
+    getWidth(ctx) {
+      const saved = ctx.font;
+      ctx.font = font;
+      const width = ctx.measureText(text).width + 12;
+      ctx.font = saved;
+      return width;
+    },
+    draw(ctx, x, y) {
+      const { font: savedFont, fillStyle, textBaseline, textAlign } = ctx;
+      ctx.font = font;
+      ctx.fillStyle = this.bgColor;
+      ctx.beginPath();
+      ctx.roundRect ? ctx.roundRect(x, y, this.getWidth(ctx), this.height, 5) : ctx.rect(x, y, this.getWidth(ctx), this.height);
+      ctx.fill();
+      Object.assign(ctx, { fillStyle: this.fgColor, textBaseline: "middle", textAlign: "left" });
+      ctx.fillText(text, x + 6, y + this.height / 2 + 1);
+      Object.assign(ctx, { font: savedFont, fillStyle, textBaseline, textAlign });
+    },
+  };
+}
+
+// node id -> the line that says why its saved values were left as they are (the graph being loaded)
+const unread = new Map();
+
 function nodesOf(graph) {
   const groups = [graph?.nodes ?? []];
   for (const subgraph of graph?.definitions?.subgraphs ?? []) groups.push(subgraph.nodes ?? []);
@@ -82,6 +113,7 @@ app.registerExtension({
   name: "dynamic_treerpo.saved_workflows",
 
   async beforeConfigureGraph(graph) {
+    unread.clear();
     const data = await layouts();
     const current = data.releases[data.releases.length - 1];
     for (const node of nodesOf(graph)) {
@@ -92,11 +124,20 @@ app.registerExtension({
         console.warn(`[TreeRPO] node ${node.id}: ${problem}`);
         app.extensionManager?.toast?.add({ severity: "warn", summary: "TreeRPO saved workflow",
                                            detail: `node ${node.id}: ${problem}`, life: 15000 });
+        if (graph.nodes?.includes(node)) unread.set(node.id, problem);
         continue;
       }
       node.widgets_values = values;
       if (from !== undefined) node.properties = { ...(node.properties ?? {}), [STAMP]: current.version };
     }
+  },
+
+  loadedGraphNode(node) {
+    const problem = unread.get(node.id);
+    if (problem === undefined || !Array.isArray(node.badges)) return;
+    unread.delete(node.id);
+    const badge = warningBadge(`⚠ ${problem.slice(problem.indexOf(": ") + 2)}`);
+    node.badges.push(() => badge);
   },
 
   async nodeCreated(node) {

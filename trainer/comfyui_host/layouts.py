@@ -117,10 +117,10 @@ def read_record(path: Path = LAYOUTS_FILE) -> Record:
 
 def saved_layout(record: Record, node: str, values: list[Any], stamp: str | None = None
                  ) -> tuple[str, Layout] | None:
-    """Which release's layout a saved node's ``values`` are in: the one its stamp names (the web UI
-    stamps what it saves), else the newest whose slots the values fit, count and kinds (the current
-    layout first); None when none does."""
-    if stamp is not None and (layout := record.layout(stamp, node)) is not None:
+    """Which release's layout a saved node's ``values`` are in: the one its stamp names if they fit it
+    (the web UI stamps what it saves), else the newest whose slots the values fit, count and kinds (the
+    current layout first); None when none does."""
+    if stamp is not None and (layout := record.layout(stamp, node)) is not None and layout.fits(values):
         return stamp, layout
     for version, nodes in reversed(record.releases):
         layout = nodes.get(node)

@@ -19,7 +19,7 @@ from ..trainer.core.strategies import build_plan
 from ..trainer.guard.levels import DEFAULT_KEEP, GUARDED_PICKS_WEIGHT, KEEP_LEVELS
 from ..trainer.preferences.store import PickStore
 from ..trainer.training.from_picks import model_id, store_trees
-from ..trainer.training.loop import check_plan
+from ..trainer.training.plans import check_plan
 from ..trainer.training.session import TrainingState, train_from_picks
 from ._comfy import (
     embedded_model_patcher,

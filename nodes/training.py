@@ -28,7 +28,7 @@ from ..trainer.lora.files import (
 )
 from ..trainer.lora.keys import COMFYUI_PREFIX, comfyui_state
 from ..trainer.lora.kohya import native_to_diffusers
-from ..trainer.training.loop import check_plan, iteration_plan
+from ..trainer.training.plans import check_plan, iteration_plan
 from ..trainer.training.session import TrainingState, train_steps
 from ._comfy import (
     FlowFamily,

@@ -353,7 +353,7 @@ def test_a_guard_of_the_backbone_s_clip_builds_it_once(labelled_folder, tmp_path
     """``picks.backbone: pickscore`` guarded by a ``pickscore`` term of the same weights: one CLIP serves
     the personal reward's features and the guard's scores (a second ~1B-parameter copy otherwise)."""
     from dynamic_treerpo.trainer.rewards import clip_family
-    from dynamic_treerpo.trainer.training.loop import build_reward
+    from dynamic_treerpo.trainer.training.build import build_reward
     from tests.tiny_models import tiny_clip_reward
 
     folder, _ = labelled_folder

@@ -52,8 +52,9 @@ from dynamic_treerpo.trainer.rewards.mix import RewardMix
 from dynamic_treerpo.trainer.training.awm import awm_backward, awm_rows
 from dynamic_treerpo.trainer.training.dgpo import dgpo_backward, dgpo_noise, group_blocks
 from dynamic_treerpo.trainer.training.distributed import Dist
-from dynamic_treerpo.trainer.training.loop import Trainer, iteration_plan
+from dynamic_treerpo.trainer.training.loop import Trainer
 from dynamic_treerpo.trainer.training.nft import OldPolicy, nft_noise
+from dynamic_treerpo.trainer.training.plans import iteration_plan
 
 DEFAULT_YAML = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
 

@@ -140,7 +140,7 @@ def test_fp8_weights_train_the_lora_of_their_upcast_values(folders) -> None:
     very values: storage changes the memory, not the training."""
     from dataclasses import replace
 
-    from dynamic_treerpo.trainer.training.loop import build_policy
+    from dynamic_treerpo.trainer.training.build import build_policy
     from dynamic_treerpo.trainer.training.session import train_steps
 
     config = load_config(TrainConfig, None, [*TINY, "model.kind=flux", f"model.path={folders['flux']}",

@@ -164,7 +164,7 @@ GROUP_SECTION = {"mixgrpo": "mixgrpo", "mixgrpo_flash": "mixgrpo", "dancegrpo": 
 def images_per_iteration(config: TrainConfig) -> int:
     """Scored images of one iteration: prompts x leaves per prompt."""
     from ..core.flow import make_sigmas
-    from ..training.loop import iteration_plan
+    from ..training.plans import iteration_plan
 
     sigmas = make_sigmas(config.sampling.schedule, config.strategy_config.steps, config.sampling.shift)
     return config.data.prompts_per_iteration * iteration_plan(config, sigmas, 0).leaves_per_prompt

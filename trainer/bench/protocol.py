@@ -44,8 +44,9 @@ from typing import Any, Literal
 import torch
 
 from ..config.schema import TrainConfig
+from ..training.build import resolve_device
 from ..training.evaluate import PromptSource, validation_pairs
-from ..training.loop import Trainer, resolve_device
+from ..training.loop import Trainer
 from . import sweep as sweeping
 from .arms import (
     ALL_ARMS,

@@ -24,7 +24,8 @@ import torch
 from ..config.files import load_config
 from ..config.schema import TrainConfig
 from ..core.tree import rollout
-from ..training.loop import Trainer, iteration_plan, iteration_seeds
+from ..training.loop import Trainer
+from ..training.plans import iteration_plan, iteration_seeds
 
 LEAVES = {16: ("tree.depth=4", "tree.branching=2"), 64: ("tree.depth=6", "tree.branching=2")}
 

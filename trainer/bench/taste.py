@@ -42,7 +42,8 @@ from ..rewards.registry import get_reward
 from ..training.evaluate import generate
 from ..training.from_picks import model_id, store_trees
 from ..training.guarded import guard_trainer, separate_validation_pairs
-from ..training.loop import Trainer, iteration_plan, iteration_seeds
+from ..training.loop import Trainer
+from ..training.plans import iteration_plan, iteration_seeds
 from ..utils.atomic import atomic_write_text
 from .person import SimulatedPerson, Taste, load_taste
 

@@ -33,7 +33,8 @@ from ..models.policy import Policy
 from ..preferences.records import ModelId, TreeMeta
 from ..preferences.store import PickStore
 from ..rewards.mix import RewardMix, parse_reward_spec
-from .loop import Rollout, Trainer, resolve_device
+from .build import resolve_device
+from .loop import Rollout, Trainer
 
 PICKS = "picks"
 

@@ -17,28 +17,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config.files import save_config
 from ..config.schema import TrainConfig
 from ..core.advantages import leaf_advantages
 from ..core.awm import AWMConfig, slow_copy_decay
 from ..core.dgpo import DGPOConfig
-from ..core.ema import ParameterEMA
-from ..core.flow import make_sigmas
 from ..core.losses import clip_bounds
 from ..core.objective import LossConfig, TrainTargets, backward_over_tree, layer_groups, prepare_targets
-from ..core.running_scales import ClipSpread, RewardScale, top_bound
-from ..core.strategies import MixGRPOConfig, TreeConfig, build_plan, window_start
 from ..core.tree import RolloutPlan, Tree, keyed_generator, rollout
-from ..embedded.policy import EmbeddedPolicy
-from ..lora.adapters import attach_lora, load_lora_state, lora_state_dict, set_adapters_enabled
+from ..lora.adapters import load_lora_state, lora_state_dict, set_adapters_enabled
 from ..lora.files import save_lora_files
 from ..lora.full_export import save_full_transformer
 from ..lora.keys import COMFYUI_PREFIX, DIFFUSERS_MODEL_PREFIX
-from ..models.policy import Policy, check_policy
-from ..rewards.mix import RewardMix, parse_reward_spec
-from ..rewards.registry import RewardFn, get_reward
+from ..models.policy import Policy
+from ..rewards.mix import RewardMix
 from .awm import awm_backward
-from .checkpoint import load_latest, save_checkpoint
+from .build import build_reward, build_run
 from .dgpo import dgpo_backward
 from .distributed import (
     Dist,
@@ -51,10 +44,10 @@ from .distributed import (
     reduce_sum,
     shard,
     sum_over_ranks,
-    wrap_model,
 )
-from .evaluate import PromptSource, clean_renders, drift_loss, eval_pairs_for, evaluate
-from .nft import OldPolicy, nft_backward
+from .evaluate import drift_loss, evaluate
+from .nft import nft_backward
+from .plans import iteration_plan, iteration_seeds
 
 COLUMNS = (
     "iteration", "strategy", "window_start", "reward_mean", "reward_std", "reward_max",
@@ -64,121 +57,6 @@ COLUMNS = (
     "nfe_train", "scored_images", "iteration_s", "wall_s",
 )
 SAMPLE_PAIRS = 16
-MATCHING_STRATEGIES = ("diffusionnft", "awm", "dgpo")
-"""Recipes that train on the clean images re-noised (no step of the rollout), with a slow copy."""
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto``: the first CUDA device when there is one, else the CPU."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"model.device is {name!r} but this machine has no CUDA device")
-    return device
-
-
-def build_policy(config: TrainConfig) -> Policy:
-    """The model named by ``config.model`` (no adapter yet)."""
-    m = config.model
-    device = resolve_device(m.device)
-    if not m.cudnn_attention and device.type == "cuda":
-        torch.backends.cuda.enable_cudnn_sdp(False)  # see ModelConfig.cudnn_attention
-    if m.kind == "embedded":
-        return EmbeddedPolicy.from_pretrained(m.path).to(device)
-    options: dict[str, Any] = dict(height=m.height, width=m.width, dtype=m.dtype,
-                                   device=device, offload=m.offload,
-                                   gradient_checkpointing=m.gradient_checkpointing,
-                                   decode_batch=m.decode_batch, transformer_file=m.transformer_file,
-                                   quantize=m.quantize)
-    if m.guidance is not None:
-        options["guidance"] = m.guidance
-    if m.max_sequence_length is not None:
-        options["max_sequence_length"] = m.max_sequence_length
-    if m.kind == "flux":
-        from ..models.flux import FluxPolicy
-
-        return FluxPolicy.from_pretrained(m.path, **options)
-    from ..models.sd3 import SD3Policy
-
-    return SD3Policy.from_pretrained(m.path, **options)
-
-
-def build_reward(config: TrainConfig) -> RewardMix:
-    """The run's reward: the registry's terms, and the ``picks`` term as a personal reward fitted on
-    ``data.picks`` with ``picks.backbone`` (docs/picks.md)."""
-    device = resolve_device(config.model.device)
-    weights = config.effective_reward_weights
-    prebuilt: dict[str, RewardFn] = {}
-    if config.uses_picks and config.picks.mode == "reward":
-        from ..rewards.personal import build as personal_reward
-
-        p = config.picks
-        if shares_backbone(config):  # a guard term of the same CLIP: one copy serves both
-            prebuilt[p.backbone] = get_reward(p.backbone, weights[p.backbone], device)
-        prebuilt["picks"] = personal_reward(weights["picks"], device, p.backbone, p.backbone_weights,
-                                            built_backbone=prebuilt.get(p.backbone), head=p.head)
-    return RewardMix(config.reward, weights, device, prebuilt)
-
-
-def shares_backbone(config: TrainConfig) -> bool:
-    """Whether ``picks.backbone`` is also a term of ``reward``, with the same weights: then the run
-    builds that CLIP once (a FLUX recipe guards its picks with PickScore, whose CLIP is ~1B parameters)."""
-    p = config.picks  # a backbone other than pooled has its weights (PicksConfig checks)
-    path = config.effective_reward_weights.get(p.backbone)
-    terms = {t.name for t in parse_reward_spec(config.reward)}
-    return (p.backbone in terms and path is not None
-            and Path(path).resolve() == Path(p.backbone_weights).resolve())
-
-
-def load_policy(config: TrainConfig, policy: Policy | None = None) -> Policy:
-    """The model named by the config (or ``policy``, given by a front end such as a ComfyUI node),
-    with a fresh LoRA attached (or all weights trainable)."""
-    policy = build_policy(config) if policy is None else policy
-    check_policy(policy)
-    if config.lora.enabled:
-        attach_lora(policy.transformer, config.lora.rank, config.lora.alpha, config.lora.targets,
-                    seed=config.seed)
-    else:
-        policy.transformer.requires_grad_(True)
-    return policy
-
-
-def window_for(config: TrainConfig, iteration: int) -> int | None:
-    """Where the tree (or MixGRPO's SDE window) starts at ``iteration``; the other strategies have
-    no sliding window (Flow-GRPO-Fast draws its own position)."""
-    strategy = config.strategy_config
-    if not isinstance(strategy, TreeConfig | MixGRPOConfig):
-        return None
-    if strategy.max_window_start < 0:
-        size = strategy.steps - 1 - strategy.max_window_start
-        section = "tree" if config.strategy == "dynamic_treerpo" else "mixgrpo"
-        raise ValueError(f"{section}.steps is {strategy.steps}: too few for a window of {size} SDE steps "
-                         f"(it needs at least {size + 1} steps)")
-    w = config.window
-    start = strategy.window_start if w.start is None else w.start
-    return window_start(iteration, w.schedule, start, strategy.max_window_start, w.every, w.stride,
-                        w.roll_back, config.seed)
-
-
-def iteration_plan(config: TrainConfig, sigmas: torch.Tensor, iteration: int,
-                   noise_unshuffle: int = 1) -> RolloutPlan:
-    """The rollout plan of ``iteration`` (its window, and Flow-GRPO-Fast's SDE steps)."""
-    return build_plan(config.strategy_config, sigmas, window_for(config, iteration),
-                      seed=config.seed * 1_000_003 + iteration,
-                      log_prob_reduction=config.sampling.log_prob, noise_unshuffle=noise_unshuffle)
-
-
-def check_plan(config: TrainConfig) -> None:
-    """Build iteration 0's rollout plan without a model: bad tree, window or strategy options fail
-    here in one line (front ends validate with it before anything runs)."""
-    s = config.sampling
-    iteration_plan(config, make_sigmas(s.schedule, config.strategy_config.steps, s.shift, image_tokens=64), 0)
-
-
-def iteration_seeds(seed: int, iteration: int, count: int) -> list[int]:
-    """Per-prompt rollout seeds of one iteration."""
-    return [int(s) for s in np.random.default_rng([seed, iteration, 1]).integers(0, 2**31 - 1, count)]
 
 
 def update_chunks(fwd_prompt: torch.Tensor, fwd_step: torch.Tensor, forwards: torch.Tensor, updates: int,
@@ -257,52 +135,25 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, policy: Policy | None = None, evaluation: bool = True,
                  dist: Dist | None = None) -> None:
-        """``policy``: a model already loaded (its weights are trained in place: pass a copy);
-        None loads ``config.model``. ``evaluation`` False (training steps in a front end): no
-        held-out set, so no prompt is kept out of training. ``dist``: this process's place in a
-        data-parallel job (``trainer.training.distributed``); None is a single process."""
-        torch.set_num_threads(config.threads)
+        """``policy``: a model already loaded (its weights are trained in place: pass a copy); None loads
+        ``config.model``. ``evaluation`` False (training steps in a front end): no held-out set.
+        ``dist``: this process's place in a data-parallel job; None is a single process. The parts
+        come from :func:`~.build.build_run`; :meth:`build_reward` is how a subclass scores otherwise."""
         self.config = config
         self.dist = dist or Dist()
-        shard(config.data.prompts_per_iteration, self.dist)  # an uneven split fails before loading
-        # rewards first: a missing reward file fails in seconds, before a large model loads
-        self.reward = self.build_reward()
-        self.policy = load_policy(config, policy)
-        wrapped, self.grad_sync = wrap_model(self.policy.transformer, self.dist, not config.lora.enabled)
-        if wrapped is not self.policy.transformer:
-            self.policy.wrap_transformer(wrapped)
-        self.params = list(self.policy.trainable_parameters())
-        o = config.optim
-        self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
-        self.optimizer_steps = 0
-        ema = config.effective_eval_ema  # Flow-GRPO and DiffusionNFT evaluate an average of the weights
-        self.ema = ParameterEMA(self.params, ema.decay, ema.every, ema.per_update) if ema.enabled else None
-        # DiffusionNFT samples with an old policy, a slow average of the trained LoRA; AWM and DGPO
-        # keep such a slow copy for their proximity terms (DGPO samples with it late in training)
-        self.old = OldPolicy(self.params) if config.strategy in MATCHING_STRATEGIES else None
+        parts = build_run(config, policy, evaluation, self.dist, reward=lambda _: self.build_reward())
+        self.reward = parts.reward  # its terms' weights are read at every iteration (a guard may steer them)
+        self.policy, self.grad_sync, self.params = parts.policy, parts.grad_sync, parts.params
+        self.optimizer, self.ema, self.old = parts.optimizer, parts.ema, parts.old
+        self.sigmas, self.eval_sigmas = parts.sigmas, parts.eval_sigmas
+        self.eval_pairs, self.prompts, self._renders = parts.eval_pairs, parts.prompts, parts.renders
+        self.loss, self.spread, self.reward_scale = parts.loss, parts.spread, parts.reward_scale
         self.device = self.policy.device
         self.strategy = config.strategy_config
-        tokens = self.policy.image_tokens
-        self.sigmas = make_sigmas(config.sampling.schedule, self.strategy.steps, config.sampling.shift,
-                                  image_tokens=tokens)
-        self.eval_sigmas = make_sigmas(config.sampling.schedule, config.sampling.eval_steps,
-                                       config.sampling.shift, image_tokens=tokens)
-        d = config.data
-        self.eval_pairs = (eval_pairs_for(d.prompts, d.eval_prompts, d.eval_pairs, d.eval_seed)
-                           if evaluation else [])
-        self.prompts = PromptSource(d.prompts, config.seed, exclude=[p.prompt for p in self.eval_pairs])
-        self.loss = config.effective_loss  # a baseline's published loss, or the loss section
-        self.spread = ClipSpread(config.effective_clip_spread, top_bound(self.loss.clip))
-        self.reward_scale = RewardScale()  # s_ref of the tanh LayerTuning weight
+        self.optimizer_steps = 0
         self.skipped_in_a_row = 0
-        # drift (flow loss on ideal renders) exists where renders do: the embedded model's scenes
-        scene_eval = (evaluation and d.prompts == "scenes" and d.eval_prompts is None
-                      and config.model.kind == "embedded")
-        self._renders = clean_renders(self.eval_pairs) if scene_eval else None
-        # a bad window or noise pool fails here, in one line, before any model call
-        self.plan(0).noise.check(tuple(self.policy.latent_shape))
 
-    def build_reward(self) -> RewardMix:
+    def build_reward(self) -> RewardMix | None:
         """The reward that scores rollouts and evaluations (a subclass may score otherwise)."""
         return build_reward(self.config)
 
@@ -598,24 +449,3 @@ class Trainer:
         kind = self.config.model.kind
         return save_lora_files(folder, self.policy.transformer,
                                COMFYUI_PREFIX if kind == "embedded" else DIFFUSERS_MODEL_PREFIX, kind=kind)
-
-
-def save_resolved_config(config: TrainConfig, run_dir: Path) -> None:
-    save_config(config, run_dir / "config.yaml")
-
-
-def checkpoint(trainer: Trainer, run_dir: Path, iteration: int, wall_s: float) -> None:
-    """Every rank gathers (FSDP shards are collected), rank 0 writes."""
-    trained, optimizer = trainer.trained_state(), trainer.optimizer_state()
-    if trainer.dist.is_main:
-        save_checkpoint(run_dir / "checkpoints", iteration, trained, optimizer,
-                        {**trainer.state(), "wall_s": wall_s})
-
-
-def resume_point(trainer: Trainer, run_dir: Path) -> tuple[int, float]:
-    """Restore the newest checkpoint; returns ``(iterations done, wall seconds so far)``."""
-    ckpt = load_latest(run_dir / "checkpoints")
-    if ckpt is None:
-        return 0, 0.0
-    trainer.restore(ckpt.weights, ckpt.optimizer, ckpt.state)
-    return ckpt.iteration, float(ckpt.state.get("wall_s", 0.0))

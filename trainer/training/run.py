@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config.files import ConfigError, load_config
+from ..config.files import ConfigError, load_config, save_config
 from ..config.schema import TrainConfig
 from ..guard.tracker import GuardedTraining
 from ..utils.atomic import atomic_write_text
+from .checkpoint import load_latest, save_checkpoint
 from .distributed import Dist, barrier, setup, teardown
 from .factory import make_trainer
 from .guarded import (
@@ -36,10 +37,31 @@ from .logs import (
     read_csv,
     save_image_grid,
 )
-from .loop import COLUMNS, SAMPLE_PAIRS, Trainer, checkpoint, resume_point, save_resolved_config
+from .loop import COLUMNS, SAMPLE_PAIRS, Trainer
 
 SUMMARY_KEYS = ("eval_reward", "eval_exact", "eval_colour", "eval_shape", "eval_position",
                 "eval_count", "drift")
+
+
+def save_resolved_config(config: TrainConfig, run_dir: Path) -> None:
+    save_config(config, run_dir / "config.yaml")
+
+
+def checkpoint(trainer: Trainer, run_dir: Path, iteration: int, wall_s: float) -> None:
+    """Every rank gathers (FSDP shards are collected), rank 0 writes."""
+    trained, optimizer = trainer.trained_state(), trainer.optimizer_state()
+    if trainer.dist.is_main:
+        save_checkpoint(run_dir / "checkpoints", iteration, trained, optimizer,
+                        {**trainer.state(), "wall_s": wall_s})
+
+
+def resume_point(trainer: Trainer, run_dir: Path) -> tuple[int, float]:
+    """Restore the newest checkpoint; returns ``(iterations done, wall seconds so far)``."""
+    ckpt = load_latest(run_dir / "checkpoints")
+    if ckpt is None:
+        return 0, 0.0
+    trainer.restore(ckpt.weights, ckpt.optimizer, ckpt.state)
+    return ckpt.iteration, float(ckpt.state.get("wall_s", 0.0))
 
 
 def resolve_config(config_path: str | None, overrides: list[str], run_dir: Path,

@@ -180,6 +180,7 @@ async (load) => {
     id: node.id, type: node.type, registered: node.type in LiteGraph.registered_node_types,
     ownClass: LiteGraph.registered_node_types[node.type] === node.constructor,
     hasErrors: Boolean(node.has_errors), title: node.title,
+    badges: (node.badges || []).map((b) => (typeof b === 'function' ? b() : b)?.text).filter(Boolean),
     widgets: (node.widgets || []).map((w) => ({name: w.name, value: w.value})),
     // what the node shows as each widget's and socket's label (the frontend's own fallbacks)
     labels: [...(node.widgets || []).filter((w) => w.serialize !== false).map((w) => w.label ?? w.name),
@@ -643,16 +644,15 @@ def check_loaded(tools: Browser, ui_file: Path, origin: str, load: str, saved: b
     (``trainer/comfyui_host/layouts.py``, as ``web/saved_workflows.js`` does), and queue its API file with
     the inputs added since filled with their old-behaviour values."""
     ui = json.loads(ui_file.read_text(encoding="utf-8"))
-    unread = []
-    if saved:
-        try:
-            ui = migrate_workflow(ui)
-        except ValueError as err:  # the page leaves such values as they are, and says so on the node
-            unread.append(f"not migrated: {err}")
+    unread = unreadable_nodes(ui) if saved else {}
+    if saved and not unread:
+        ui = migrate_workflow(ui)
     api_file = api_path(ui_file)
     tools.take_events()
     page = tools.evaluate(f"({PAGE_CHECK})({load})", timeout=120)
-    failures = unread + compare_graph(ui, page)
+    if unread:  # values no release fits: the page must say so on each such node, and may toast it
+        return check_unread(ui_file, page, unread)
+    failures = compare_graph(ui, page)
     logged, offline = problems_in_log(tools.take_events(), origin)
     failures += logged
     models = [m for batch in page["seen"]["missingModels"] for m in batch]
@@ -677,21 +677,47 @@ def check_loaded(tools: Browser, ui_file: Path, origin: str, load: str, saved: b
     return summary, failures, notes
 
 
+UNREAD_BADGE = "fit no release"
+"""Words of the badge web/saved_workflows.js puts on a node whose saved values fit no release."""
+
+
+def unreadable_nodes(ui: dict) -> dict[int, str]:
+    """Node id -> the one line of the pack's migration, for each node of a saved workflow whose values it
+    cannot read (no release's layout fits them)."""
+    record = read_record()
+    found = {}
+    for node in ui["nodes"]:
+        values = node.get("widgets_values")
+        if node.get("type") in record.current[1] and isinstance(values, list):
+            try:
+                migrate_values(record, node["type"], values)
+            except ValueError as err:
+                found[node["id"]] = str(err)
+    return found
+
+
+def check_unread(ui_file: Path, page: dict, unread: dict[int, str]) -> tuple[str, list[str], list[str]]:
+    """(summary, failures, notes) of a saved workflow with values the migration cannot read: each such node
+    shows a badge that says so (its values are left as they were, for the server to refuse by name)."""
+    badges = {node["id"]: node["badges"] for node in page["nodes"]}
+    failures = [f"node {i}: no badge says its values were not read ({line})" for i, line in unread.items()
+                if not any(UNREAD_BADGE in text for text in badges.get(i, []))]
+    failures += [f"toast: {text[:200]}" for text in page["toasts"] if UNREAD_BADGE not in text]
+    failures += [f"{kind}: {page['seen'][kind]}" for kind in ("missingNodes", "fileErrors", "thrown")
+                 if page["seen"][kind]]
+    notes = [f"node {i}: {text}" for i in unread for text in badges.get(i, []) if UNREAD_BADGE in text]
+    return f"{short_name(ui_file)}: {len(page['nodes'])} nodes, values not read", failures, notes
+
+
 def migrated_nodes(ui_file: Path) -> list[int]:
     """Ids of the nodes of a saved workflow whose values the pack's migration moves or cannot read: what
     a close-up screenshot of a saved workflow shows."""
     record = read_record()
-    ids = []
-    for node in json.loads(ui_file.read_text(encoding="utf-8"))["nodes"]:
-        values = node.get("widgets_values")
-        if node.get("type") in record.current[1] and isinstance(values, list):
-            try:
-                moved = migrate_values(record, node["type"], values) != values
-            except ValueError:
-                moved = True
-            if moved:
-                ids.append(node["id"])
-    return ids
+    ui = json.loads(ui_file.read_text(encoding="utf-8"))
+    unread = unreadable_nodes(ui)
+    return [node["id"] for node in ui["nodes"] if node["id"] in unread or (
+        node.get("type") in record.current[1] and isinstance(node.get("widgets_values"), list)
+        and migrate_values(record, node["type"], node["widgets_values"]) != node["widgets_values"])]
 
 
 def short_name(ui_file: Path) -> str:

@@ -18,7 +18,8 @@ node inputs.
   run-workflow`` in their UI form.
 - In the real frontend (headless Chromium, one server and browser session per view): every distinct UI
   fixture loads with its values where the migration puts them and queues its API graph, in the classic
-  view, and the pick-and-train ones in Nodes 2.0 too.
+  view, and the pick-and-train ones in Nodes 2.0 too; a node whose values fit no release says so in a
+  badge.
 """
 
 from __future__ import annotations
@@ -227,12 +228,26 @@ API_TO_UI.api_id_of = lambda ui_file: API_TO_UI.api_path(ui_file).name[: -len(".
 PICK = "pick_and_train"
 SMALL = {"TreeRPOSampleToPick": {"trees_per_prompt": 1}, "TreeRPOTrainFromPicks": {"iterations": 1}}
 """What the runs here change of a saved graph: the fewest trees and training rounds (time, not inputs)."""
+SMALL_SETTINGS = "\n".join(["", "data.prompts_per_iteration=2", "tree.steps=4", "tree.depth=2",
+                            "sampling.eval_steps=3", "guard.pairs=4", "guard.checkpoints=1",
+                            "guard.strength_tries=0"])
+"""Lines appended to the training node's settings box (later lines win): the smallest round and guard
+measurement, so that the whole file adds about two minutes to the suite instead of four."""
+
+
+def small_inputs(kind: str, inputs: dict) -> dict:
+    """The inputs of a node of ``kind`` that the runs here change: :data:`SMALL`, and the training node's
+    settings box with :data:`SMALL_SETTINGS` after the saved lines."""
+    changed = dict(SMALL.get(kind, {}))
+    if kind == "TreeRPOTrainFromPicks":
+        changed["settings"] = inputs["settings"] + SMALL_SETTINGS
+    return changed
 
 
 def small(prompt: dict) -> dict:
     prompt = json.loads(json.dumps(prompt))
     for node in prompt.values():
-        node["inputs"].update(SMALL.get(node["class_type"], {}))
+        node["inputs"].update(small_inputs(node["class_type"], node["inputs"]))
     return prompt
 
 
@@ -306,8 +321,11 @@ def test_saved_ui_graphs_run_headless_with_treerpo_run_workflow(server: Server, 
         ui_file = next(f for f in ui_files(commit) if API_TO_UI.api_id_of(f) == PICK)
         workflow = json.loads(ui_file.read_text())
         for node in workflow["nodes"]:  # the same small run, set by input name in the layout it was saved in
-            for name, value in SMALL.get(node["type"], {}).items():
-                layout = record.layout(RELEASES[commit], node["type"])
+            layout = record.layout(RELEASES[commit], node["type"])
+            if layout is None:
+                continue
+            saved = dict(zip(layout.widgets, node["widgets_values"], strict=True))
+            for name, value in small_inputs(node["type"], saved).items():
                 node["widgets_values"][layout.widgets.index(name)] = value
         out = tmp_path / commit
         (out / "treerpo_picks").mkdir(parents=True)
@@ -328,13 +346,28 @@ def test_saved_ui_graphs_run_headless_with_treerpo_run_workflow(server: Server, 
 def test_saved_ui_graphs_load_migrated_in_the_real_frontend(view: str, tmp_path: Path, capsys) -> None:
     """Every distinct UI fixture (the pick-and-train ones in Nodes 2.0, where only their loading differs)
     opens with its values where the migration puts them and queues its API graph with the inputs added
-    since, all in one server and browser session per view; screenshots (whole graph, and a close-up of the
-    nodes the migration moved) in pytest's temporary folder."""
+    since, all in one server and browser session per view; a node whose values fit no release (one value
+    lost) shows a badge that says so. Screenshots (whole graph, and a close-up of the nodes the migration
+    moved or could not read) in pytest's temporary folder."""
     from test_ui_frontend import run_script
 
     files = distinct([f for commit in sorted(RELEASES) for f in ui_files(commit)])
     if view == "nodes2":
         files = [f for f in files if API_TO_UI.api_id_of(f) == PICK]
+    files.append(unreadable_copy(next(f for f in files if API_TO_UI.api_id_of(f) == PICK), tmp_path))
     options = [*map(str, files), "--saved", *(["--vue-nodes"] if view == "nodes2" else [])]
     output = run_script(options, tmp_path / "screenshots" / view, capsys)
     assert output.count(": OK") == len(files) and "all OK" in output, output
+    assert output.count("its 8 saved values fit no release") == 1, output  # the badge's words
+
+
+def unreadable_copy(ui_file: Path, tmp_path: Path) -> Path:
+    """``ui_file`` with the training node's last saved value lost (a count no release had), under the same
+    name (the checker finds its API id by name) in ``<tmp_path>/unreadable/``."""
+    workflow = json.loads(ui_file.read_text())
+    train = next(n for n in workflow["nodes"] if n["type"] == "TreeRPOTrainFromPicks")
+    train["widgets_values"] = train["widgets_values"][:8]
+    out = tmp_path / "unreadable" / ui_file.name
+    out.parent.mkdir()
+    out.write_text(json.dumps(workflow))
+    return out

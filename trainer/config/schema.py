@@ -260,6 +260,10 @@ GUARD_WORDS = ("strictly", "closely", "loosely", "off")
 word its limit)."""
 
 
+STRENGTH_SEARCHES = ("line", "bisect")
+"""How the guard places lower LoRA strengths (``guard.search``)."""
+
+
 @dataclass(frozen=True)
 class GuardConfig:
     """A limit on how much prompt-following training from picks may trade for taste (``trainer/guard``,
@@ -273,7 +277,11 @@ class GuardConfig:
     sets how precisely the fall is known (its standard error is about 0.2 / sqrt(pairs) on the scene
     reward); ``margin``: how many standard errors of the measured fall must also fit under the limit
     (1: the limit holds unless the measurement was unlucky by more than one standard error);
-    ``strength_tries``: lower LoRA strengths measured for checkpoints past the limit. The reward's own
+    ``strength_tries``: lower LoRA strengths measured for checkpoints past the limit; ``search``: how
+    they are placed: ``line`` (the first checkpoint past the limit and the one with the most taste, each
+    where a straight line from the base predicts the limit, and at 0.7 of that) or ``bisect`` (the one
+    with the most taste only, halving the interval between the strongest strength known to fit and the
+    weakest known not to, one measurement per try). The reward's own
     weights are used as written: under the guard, weigh the picks high (the node trains with
     ``picks:0.5``); the limit, not the weight, decides how far training goes. ``steer``: the guard also
     steers training: after each checkpoint a controller (``trainer/guard/controller.py``) sets the picks
@@ -288,6 +296,7 @@ class GuardConfig:
     seed: int = 777
     margin: float = 1.0
     strength_tries: int = 2
+    search: str = "line"
     steer: bool = False
 
     def __post_init__(self) -> None:
@@ -301,6 +310,9 @@ class GuardConfig:
             raise ValueError("guard.checkpoints must be >= 1, guard.pairs >= 2 and guard.strength_tries >= 0")
         if self.margin < 0:
             raise ValueError(f"guard.margin must be >= 0, got {self.margin}")
+        if self.search not in STRENGTH_SEARCHES:
+            raise ValueError(f"guard.search must be one of {', '.join(STRENGTH_SEARCHES)}, "
+                             f"got {self.search!r}")
 
     def every(self, iterations: int) -> int:
         """Iterations between checkpoints in a run of ``iterations`` (the last one always is one)."""

@@ -5,16 +5,26 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 from .choice import Choice
 from .trail import Trail, TrailPoint
+
+
+def weight_path(trail: Trail) -> list[tuple[int, float]]:
+    """``(iteration, picks weight)`` of each full-strength checkpoint that recorded the weight training
+    used up to it, in training order (empty for a trail written before the weight was recorded)."""
+    full = sorted((p for p in trail.points if p.strength == 1.0 and p.iteration), key=lambda p: p.iteration)
+    return [(p.iteration, p.picks_weight) for p in full if p.picks_weight is not None]
 
 
 def trade_plot(trail: Trail, choice: Choice, out_png: str | os.PathLike[str], width: float = 4.6,
                height: float = 3.4) -> None:
     """Taste gain (personal reward, up) against the fall of prompt-following (right), one dot per
     checkpoint joined in training order, lower strengths as hollow dots, the limit as a shaded band's
-    edge and the chosen point ringed. Agg canvas only: the user's matplotlib backend is left alone."""
+    edge and the chosen point ringed; beside it, when the trail recorded it, the weight of the picks over
+    the run (the guard's steering, or a flat line at a fixed weight). Agg canvas only: the user's
+    matplotlib backend is left alone."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -25,9 +35,14 @@ def trade_plot(trail: Trail, choice: Choice, out_png: str | os.PathLike[str], wi
     def xy(p: TrailPoint) -> tuple[float, float]:
         return trail.fall(p), p.taste - base.taste
 
-    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    path = weight_path(trail)
+    fig = Figure(figsize=(width * (1.6 if path else 1.0), height), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    if path:
+        ax, wax = fig.subplots(1, 2, width_ratios=[1.6, 1.0])
+        _weight_axes(wax, path, choice)
+    else:
+        ax = fig.add_subplot()
     xs, ys = zip(*(xy(p) for p in full), strict=True)
     right = max(max(xs), trail.limit) * 1.15 + 1e-3
     left = min(min(xs), 0.0) - 0.1 * right
@@ -58,6 +73,25 @@ def trade_plot(trail: Trail, choice: Choice, out_png: str | os.PathLike[str], wi
     ax.margins(y=0.12)
     ax.legend(fontsize=7, loc="best")
     fig.savefig(out_png)
+
+
+def _weight_axes(ax: Any, path: list[tuple[int, float]], choice: Choice) -> None:
+    """The picks weight each stretch of training used: a step from the start to each checkpoint."""
+    iterations = [0, *(it for it, _ in path)]
+    weights = [w for _, w in path]
+    ax.stairs(weights, iterations, color="#ea580c", lw=1.6, baseline=None)
+    ax.plot([it for it, _ in path], weights, "o", color="#ea580c", ms=3)
+    if choice.point is not None and choice.point.iteration:
+        ax.axvline(choice.point.iteration, color="#dc2626", lw=1, ls=":")
+        ax.text(choice.point.iteration, 0.02, "chosen ", color="#dc2626", fontsize=7, ha="right",
+                transform=ax.get_xaxis_transform())
+    steered = max(weights) - min(weights) > 1e-9
+    ax.set_ylim(0.0, max(1.0, max(weights) * 1.1))
+    ax.set_xlim(0, iterations[-1] * 1.04)
+    ax.set_xlabel("training iteration", fontsize=8)
+    ax.set_ylabel("weight of your picks", fontsize=8)
+    ax.set_title("the guard steered the weight" if steered else "the weight was fixed", fontsize=9)
+    ax.tick_params(labelsize=7)
 
 
 def shown_points(trail: Trail, choice: Choice, count: int = 3) -> list[TrailPoint]:

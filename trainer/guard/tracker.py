@@ -27,6 +27,7 @@ from ..rewards.mix import RewardMix, parse_reward_spec
 from .choice import Choice, allowed, choose, take
 from .controller import ControllerConfig, ControllerState, picks_weight, update
 from .levels import guard_limit
+from .strengths import bisect_strength
 from .trail import Trail, TrailPoint, paired_se, point_key, scaled_lora, snapshot
 
 Scores = Callable[[Tensor, Sequence[str]], dict[str, Tensor]]
@@ -219,17 +220,41 @@ class GuardedTraining:
                 out.append((it, round(s * 0.7**k, 2)))
         return out
 
+    def _bisect(self) -> None:
+        """``search: bisect``: the checkpoint past the limit with the most taste, at strengths halving
+        toward the strongest that fits (:func:`~.strengths.bisect_strength`), ``strength_tries``
+        measurements."""
+        trail, margin = self.trail, self.config.margin
+        over = [p for p in trail.points
+                if p.iteration > 0 and p.strength == 1.0 and not allowed(trail, p, margin)]
+        if not over:
+            return
+        it = max(over, key=lambda p: p.taste).iteration
+        known = [(p.strength, allowed(trail, p, margin)) for p in trail.points if p.iteration == it]
+        bisect_strength(known, self.config.strength_tries,
+                        lambda s: allowed(trail, self._measure_strength(it, s), margin))
+
+    def _measure_strength(self, iteration: int, strength: float) -> TrailPoint:
+        """The trail's point of a checkpoint at a lower strength, measured now unless it already is."""
+        known = self.trail.find(iteration, strength)
+        if known is not None:
+            return known
+        load_lora_state(self.trainer.policy.transformer, scaled_lora(self.snapshots[iteration], strength))
+        point = self._measure(iteration, strength)
+        gain, change = point.taste - self.trail.base.taste, -self.trail.fall(point)
+        self.log(f"guard: iteration {iteration} at strength {strength:g}: taste {gain:+.4f}, "
+                 f"prompt-following {change:+.4f}")
+        return point
+
     def finish(self) -> GuardedResult:
         """Measure lower strengths where useful, choose, and load the choice into the policy."""
         transformer = self.trainer.policy.transformer
         final = lora_state_dict(transformer)
-        for it, strength in self._strength_candidates():
-            if self.trail.find(it, strength) is None:
-                load_lora_state(transformer, scaled_lora(self.snapshots[it], strength))
-                point = self._measure(it, strength)
-                self.log(f"guard: iteration {it} at strength {strength:g}: taste "
-                         f"{point.taste - self.trail.base.taste:+.4f}, prompt-following "
-                         f"{-self.trail.fall(point):+.4f}")
+        if self.config.search == "bisect":
+            self._bisect()
+        else:
+            for it, strength in self._strength_candidates():
+                self._measure_strength(it, strength)
         load_lora_state(transformer, final)
         choice = choose(self.trail, self.config.margin)
         result = GuardedResult(self.trail, self.snapshots, choice, self.images, self.base_guard)

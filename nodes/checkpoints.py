@@ -20,6 +20,7 @@ import torch
 
 from ..trainer.guard.choice import Choice
 from ..trainer.lora.adapters import attach_lora, load_lora_state
+from ..trainer.preferences.store import PickStore
 from ..trainer.training.guarded import write_figures
 from ..trainer.training.session import TrainingState
 from ._comfy import (
@@ -34,6 +35,20 @@ from .training import RunType, comfy_lora, is_embedded, trained_outputs, trainin
 
 CATEGORY = "TreeRPO/picks"
 GUARD_TEXT = "treerpo_guard"  # the ui key of the one line that says what was chosen and why
+PICKS_TEXT = "treerpo_picks"  # the ui key of the line that says which picks the run learned from
+
+
+def picks_line(run: TrainingState) -> str:
+    """Which picks the run learned from: how many labelled trees, and how many of them a trained model
+    sampled (picked in a later round, on the model training made)."""
+    folder = run.config.data.picks
+    if not folder or not Path(folder).is_dir():
+        return ""
+    store = PickStore(Path(folder))
+    labelled = [tree_id for tree_id, _ in store.labelled()]
+    later = sum(store.meta(t).model.lora is not None for t in labelled)
+    rounds = f" ({later} of them sampled by a trained model)" if later else ""
+    return f"learned from {len(labelled)} labelled trees{rounds}"
 
 
 def _image_tensor(path: Path) -> torch.Tensor:
@@ -53,7 +68,7 @@ def guard_ui(run: TrainingState, choice: Choice) -> dict[str, Any]:
               for entry in preview_images(_image_tensor(files[name]), side=640)]
     line = f"chose {choice.reason}" if choice.point is not None or choice.within_limit else choice.reason
     send_node_text(line)
-    return {"images": images, GUARD_TEXT: [line]}
+    return {"images": images, GUARD_TEXT: [line], PICKS_TEXT: [picks_line(run)]}
 
 
 def chosen_run(run: TrainingState, choice: Choice) -> TrainingState:

@@ -88,14 +88,16 @@ def _meta(store: PickStore, tree_id: str) -> TreeMeta:
 
 
 def folder_state(name: str, store: PickStore | None) -> dict[str, Any]:
-    """What the panel shows: every tree (oldest first) with its prompt, leaf count and newest picks."""
+    """What the panel shows: every tree (oldest first) with its prompt, leaf count and newest picks, and
+    the fingerprint of the LoRA that sampled it (None: the base model; set for a trained model's trees,
+    picked in a second round)."""
     trees = []
     for tree_id in store.tree_ids() if store is not None else []:
         meta, picks = _meta(store, tree_id), store.picks(tree_id)
         trees.append({"id": tree_id, "prompt": meta.prompt, "leaves": meta.leaves,
                       "size": list(meta.image_size), "labelled": picks is not None,
                       "liked": list(picks.liked) if picks else [],
-                      "disliked": list(picks.disliked) if picks else []})
+                      "disliked": list(picks.disliked) if picks else [], "lora": meta.model.lora})
     return {"folder": name, "exists": store is not None, "total": len(trees),
             "labelled": sum(t["labelled"] for t in trees), "trees": trees}
 

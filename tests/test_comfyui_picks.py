@@ -243,6 +243,56 @@ def test_a_server_restart_keeps_every_pick(servers: Servers, labelled: str) -> N
 # ------------------------------------------------------------------------------ training
 
 
+GUARDED = SETTINGS + "\n" + "\n".join(["sampling.eval_steps=3", "guard.pairs=4", "guard.checkpoints=2",
+                                       "guard.margin=0"])
+
+
+def round_graph(folder: str) -> dict:
+    """Train from the folder's picks under the guard, then sample new trees from the trained model into the
+    same folder: each queue is one more round of picking on the model training made."""
+    return {"1": {"class_type": "TreeRPOEmbeddedLoader", "inputs": {"weights": "", "shift": 3.0}},
+            "10": {"class_type": "TreeRPOTrainFromPicks", "inputs": {
+                "model": ["1", 0], "picks_folder": folder, "iterations": 2, "guard_reward": "scene",
+                "keep_following": "loosely", "picks_weight": 0.5, "reward_weights": "", "mode": "reward",
+                "seed": 0, "settings": GUARDED}},
+            "30": {"class_type": "TreeRPOSampleToPick", "inputs": {
+                "model": ["10", 0], "prompts": PROMPTS, "trees_per_prompt": 1, "seed": 7, "steps": 4,
+                "depth": 2, "branching": 2, "window_start": 0, "noise_level": 0.6, "picks_folder": folder}}}
+
+
+def pick_all(server: Server, folder: str) -> None:
+    """Like the first leaf and dislike the last of every tree not labelled yet, through the routes."""
+    for tree in state(server, folder)["trees"]:
+        if not tree["labelled"]:
+            sent = {"liked": [0], "disliked": [tree["leaves"] - 1]}
+            status, body = call(server, f"/treerpo/picks/{folder}/{tree['id']}", sent)
+            assert status == 200, body
+
+
+def test_a_second_round_picks_on_the_trained_model_and_trains_on_every_pick(servers: Servers) -> None:
+    server, name = servers.srv, "rounds"
+    sampled(server, name, trees=1)  # round 1: two trees of the base model
+    pick_all(server, name)
+    first = server.run(round_graph(name), timeout=600)
+    assert first["status"]["status_str"] == "success", first["status"]
+    trees = state(server, name)["trees"]
+    assert [t["lora"] is None for t in trees] == [True, True, False, False]  # who sampled each tree
+    assert len({t["lora"] for t in trees[2:]}) == 1
+    pick_all(server, name)  # round 2: the person picks on the trained model's trees
+    again = server.run(round_graph(name), timeout=600)
+    assert again["status"]["status_str"] == "success", again["status"]
+    cached = next((set(m["nodes"]) for kind, m in again["status"]["messages"] if kind == "execution_cached"),
+                  set())
+    assert "10" not in cached  # new picks: the training node ran again, on every pick
+    assert first["outputs"]["10"]["treerpo_picks"] == ["learned from 2 labelled trees"]
+    assert again["outputs"]["10"]["treerpo_picks"] == [
+        "learned from 4 labelled trees (2 of them sampled by a trained model)"]
+    before = state(server, name)
+    assert before["total"] == 6 and before["labelled"] == 4
+    after = state(servers.restart(), name)  # every pick and every tree's model kept over a restart
+    assert after == before
+
+
 def test_training_from_picks_saves_a_lora_in_both_modes(server: Server, labelled: str) -> None:
     from safetensors.torch import load_file
 

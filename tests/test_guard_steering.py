@@ -47,3 +47,24 @@ def test_a_steered_run_records_the_weight_path_and_a_continued_run_replays_it() 
     again = GuardedTraining(tracker.trainer, tracker.config, tracker.draw, taste="function",
                             log=lambda _: None, previous=cut)
     assert again._start_steering() == tracker.steering
+
+
+def test_the_trade_plot_shows_the_weight_path_beside_the_trade_when_the_trail_recorded_it(tmp_path) -> None:
+    from dataclasses import replace
+
+    from PIL import Image
+
+    from dynamic_treerpo.trainer.guard.choice import choose
+    from dynamic_treerpo.trainer.guard.figures import trade_plot, weight_path
+    from dynamic_treerpo.trainer.guard.trail import TrailPoint
+
+    points = [TrailPoint(0, 1.0, 0.0, 0.5), TrailPoint(6, 1.0, 0.1, 0.495, 0.005, 0.3),
+              TrailPoint(12, 1.0, 0.2, 0.47, 0.006, 0.26), TrailPoint(12, 0.5, 0.1, 0.499, 0.004)]
+    steered = Trail(0.02, 0.2, points)
+    assert weight_path(steered) == [(6, 0.3), (12, 0.26)]  # lower strengths train nothing: no weight
+    old = Trail(0.02, 0.2, [replace(p, picks_weight=None) for p in points])
+    assert weight_path(old) == []  # a trail written before the weight was recorded
+    trade_plot(steered, choose(steered), tmp_path / "steered.png")
+    trade_plot(old, choose(old), tmp_path / "old.png")
+    with Image.open(tmp_path / "steered.png") as a, Image.open(tmp_path / "old.png") as b:
+        assert a.height == b.height and a.width > 1.5 * b.width  # a second panel: the weight's path

@@ -44,7 +44,7 @@ def test_bisection_starts_from_what_is_known_and_stops_when_it_cannot_halve() ->
 
 
 def test_the_search_is_a_word_the_config_checks() -> None:
-    assert GuardConfig().search == "line"
+    assert GuardConfig().search == "bisect"
     with pytest.raises(ValueError, match=r"guard\.search must be one of line, bisect, got 'halve'"):
         GuardConfig(search="halve")
 

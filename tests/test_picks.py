@@ -253,7 +253,8 @@ def test_train_command_reads_the_folder(labelled_folder, tmp_path: Path) -> None
 
 def test_bench_taste_quick_measures_two_tastes_against_their_frontier(tmp_path: Path) -> None:
     """CI's run of ``treerpo bench taste --quick``: larger_objects and lower_objects (which pulls against the
-    prompt), each with the default method under the guard and its oracle frontier."""
+    prompt), each with the default method under the guard in two rounds of picks, and its oracle frontier
+    (fixed weights and the guard steering)."""
     page = tmp_path / "results.md"
     page.write_text("# Results\n\nthe protocol's figures\n\n<!-- bench taste t, picks 0.2: begin -->\nold\n"
                     "<!-- bench taste t, picks 0.2: end -->\n")
@@ -276,7 +277,10 @@ def test_bench_taste_quick_measures_two_tastes_against_their_frontier(tmp_path: 
             assert all("reason" in c and c["iteration"] in (0, 1, 2) for c in figures["chosen"])
             frontier = [max(f["gain"] for f in r["frontier"].values()) for r in summary["per_seed"]]
             assert figures["frontier_gain"]["per_seed"] == pytest.approx(frontier)
-        assert set(summary["per_seed"][0]["frontier"]) == {"0.3", "0.5"}
+            assert figures["rounds"]["first_trees"] == int(n) // 2  # round 2 on by default in --quick
+            assert 0.0 <= figures["rounds"]["first_reward_on_policy_accuracy"] <= 1.0
+            assert figures["past_limit"]["of"] == 2
+        assert set(summary["per_seed"][0]["frontier"]) == {"0.3", "0.5", "steered"}
         assert f"taste {taste}: seeds [0, 1]; oracle frontier" in out.stdout
     assert (tmp_path / "runs" / "lower_objects" / "before_after.png").is_file()
     text = page.read_text()
@@ -424,7 +428,8 @@ def test_a_resumed_taste_run_redoes_only_the_frontier_when_only_its_strengths_ch
     keeps its method runs and gets its frontier redone; a new seed runs whole; any other change is refused."""
     from dynamic_treerpo.trainer.bench import taste as bench
 
-    budget = replace(bench.QUICK, seeds=1, trees=3, at=(), frontier_weights=(0.3,))
+    budget = replace(bench.QUICK, seeds=1, trees=3, at=(), frontier_weights=(0.3,), frontier_steer=False,
+                     rounds=1)
     ran: list[int] = []
     monkeypatch.setattr(bench, "run_seed", lambda b, seed, *a, **k: ran.append(seed) or _fake_seed(seed, 0.0))
     out = tmp_path / "larger_objects"
@@ -454,3 +459,30 @@ def test_a_resumed_taste_run_redoes_only_the_frontier_when_only_its_strengths_ch
 
 def _quiet_log(_: str) -> None:
     return None
+
+
+def test_the_taste_summary_counts_runs_past_the_limit_and_reads_the_second_round() -> None:
+    """The risk count (runs whose test fall went past the limit), the steered frontier arm among the
+    weights, and a two-round run's figures: the first reward's accuracy on the trained model's trees beside
+    its accuracy on more of the base model's."""
+    from dynamic_treerpo.trainer.bench.taste import QUICK
+    from dynamic_treerpo.trainer.bench.taste_summary import format_summary, summarise
+
+    seeds = [_fake_seed(s, 0.2) for s in range(3)]
+    seeds[1].reward[3]["scene"] = 0.45 - 0.03  # past the limit of 0.02
+    for s in seeds:
+        s.frontier["steered"] = {**s.frontier["0.3"], "weight": "steered", "gain": 0.25}
+        s.reward[3]["rounds"] = [
+            {"trees": 1, "model": "base", "chosen": [2, 1.0], "taste": 0.55, "scene": 0.45},
+            {"trees": 2, "model": "round 1 at 2@1", "first_reward_accuracy": 0.6,
+             "first_reward_accuracy_on_base_trees": 0.8}]
+    summary = summarise(seeds, replace(QUICK, rounds=2), "larger_objects")
+    row = summary["by_trees"]["3"]
+    assert row["past_limit"] == {"runs": 1, "of": 3}
+    assert list(summary["frontier"]["by_weight"]) == ["0.3", "steered"]
+    assert row["frontier_gain"]["mean"] == pytest.approx(0.25)  # the best arm, here the steered one
+    assert row["rounds"]["first_reward_on_policy_accuracy"] == pytest.approx(0.6)
+    assert row["rounds"]["first_reward_base_accuracy"] == pytest.approx(0.8)
+    assert row["rounds"]["first_round_taste_gain"]["mean"] == pytest.approx(0.05)
+    text = format_summary(summary)
+    assert "past it in 1 of 3 runs" in text and "0.60 on the trained model's trees, 0.80 on the base" in text

@@ -214,6 +214,11 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                    help="labelled-tree counts to measure at (default 25,50,100; always --trees)")
     t.add_argument("--keep", choices=("strictly", "closely", "loosely"), default=None,
                    help="the guard's limit (default closely)")
+    t.add_argument("--rounds", type=int, choices=(1, 2), default=None,
+                   help="2: half the clicks on base-model trees, half on trees of the first round's model "
+                        "(default 1)")
+    t.add_argument("--mistakes", type=float, default=None,
+                   help="the simulated person's share of random marks (default 0.15; 0: error-free picks)")
     t.add_argument("--quick", action="store_true", help="a smoke run (2 tastes, 6 trees, 2 seeds): CI's")
     t.add_argument("--out", type=Path, default=Path("runs/taste"), help="where <taste>/taste.json go")
     t.add_argument("--resume", action="store_true",
@@ -331,7 +336,7 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
     else:
         budget = QUICK if args.quick else TasteBudget()
         given = (("trees", args.trees), ("seeds", args.seeds), ("iterations", args.iterations),
-                 ("keep", args.keep))
+                 ("keep", args.keep), ("rounds", args.rounds), ("mistakes", args.mistakes))
         changes: dict[str, object] = {k: v for k, v in given if v is not None}
         if args.at:
             changes["at"] = tuple(int(n) for n in args.at.split(","))
@@ -352,7 +357,7 @@ def _taste_command(args: argparse.Namespace) -> str:
     import shlex
 
     parts = ["treerpo", "bench", "taste"]
-    for flag in ("tastes", "trees", "seeds", "iterations", "at", "keep"):
+    for flag in ("tastes", "trees", "seeds", "iterations", "at", "keep", "rounds", "mistakes"):
         if getattr(args, flag) is not None:
             parts += [f"--{flag}", str(getattr(args, flag))]
     parts += ["--quick"] * args.quick

@@ -48,7 +48,7 @@ from ..utils.atomic import atomic_write_text
 from .person import SimulatedPerson, Taste, load_taste
 
 CHECKPOINTS = (25, 50, 100)
-FRONTIER_WEIGHTS = (0.3, 0.5)
+FRONTIER_WEIGHTS = (0.3, 0.5, 0.8)
 TASTE_SET = ("larger_objects", "central_objects", "deep_shades", "lower_objects", "warm_shades")
 """The tastes of the published table: the three built in first, two of kinds added for it (where the
 objects sit, and warm against cool shades), both of which pull against the prompt."""
@@ -65,20 +65,28 @@ class TasteBudget:
     iterations: int = 24
     prompts_per_iteration: int = 8
     lr: float = 0.0016
-    eval_pairs: int = 128  # held-out test pairs: every reported figure
-    validation_pairs: int = 128  # the guard's (never test prompts, never trained on)
+    eval_pairs: int = 512  # held-out test pairs: every reported figure (128 measure a fall to +-0.015)
+    validation_pairs: int = 512  # the guard's (never test prompts, never trained on): guard.pairs' default
     keep: str = "closely"
     checkpoints: int = 4
     margin: float = 1.0
     picks_weight: float = GUARDED_PICKS_WEIGHT
     frontier_weights: tuple[float, ...] = FRONTIER_WEIGHTS
-    frontier_strengths: int = 2  # lower LoRA strengths the frontier tries, as the guard does (0: none)
+    frontier_strengths: int = 4  # lower LoRA strengths the frontier tries, as the guard does (0: none)
     likes: int = 2
     dislikes: int = 1
     mistakes: float = 0.15
     first_seed: int = 0
     modes: tuple[str, ...] = ("reward",)
+    rounds: int = 1  # 2: half the clicks on base-model trees, half on trees of the first round's model
+    frontier_steer: bool = True  # the frontier also trains the hidden taste with the guard steering
     at: tuple[int, ...] = CHECKPOINTS  # labelled-tree counts measured (those below ``trees``, and it)
+
+    def __post_init__(self) -> None:
+        if self.rounds not in (1, 2):
+            raise ValueError(f"rounds must be 1 or 2, got {self.rounds}")
+        if self.rounds == 2 and min(self.tree_counts()) < 2:
+            raise ValueError("two rounds need at least 2 labelled trees at every count (--at)")
 
     def tree_counts(self) -> list[int]:
         points = [n for n in self.at if n < self.trees]
@@ -86,7 +94,8 @@ class TasteBudget:
 
 
 QUICK = TasteBudget(trees=6, seeds=2, iterations=2, prompts_per_iteration=2, eval_pairs=4,
-                    validation_pairs=4, checkpoints=2, frontier_weights=(0.3, 0.5), at=(3,))
+                    validation_pairs=4, checkpoints=2, frontier_weights=(0.3, 0.5), at=(3,), rounds=2,
+                    frontier_steer=True)
 QUICK_OVERRIDES = ("tree.steps=6", "sampling.eval_steps=3", "lora.rank=4")
 
 
@@ -145,25 +154,28 @@ def _quiet(_: str) -> None:
 
 
 def frontier_run(budget: TasteBudget, seed: int, weight: float, taste_name: str, extra: Sequence[str],
-                 keep: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+                 keep: dict[str, torch.Tensor] | None = None, steer: bool = False) -> dict[str, Any]:
     """The hidden taste as the reward at ``weight``: checkpoints, and lower LoRA strengths of those past the
     limit as the guard tries them, measured on the test pairs; the best one whose scene fall is within the
     limit (margin 0: the frontier is chosen on the test figures). Without the strengths the frontier
-    would not be a ceiling for the method, which may scale its LoRA down."""
+    would not be a ceiling for the method, which may scale its LoRA down. ``steer``: the guard steers the
+    weight from ``weight`` on (measuring on the test pairs), the method's own way to the limit."""
     function = {"function": f"dynamic_treerpo.trainer.bench.tastes:{taste_name}"} if ":" not in taste_name \
         else {"function": taste_name}
     config = _config(budget, seed, f"function:{weight:g},scene:{1 - weight:g}", function,
-                     [*extra, f"guard.strength_tries={budget.frontier_strengths}", "guard.margin=0"])
+                     [*extra, f"guard.strength_tries={budget.frontier_strengths}", "guard.margin=0",
+                      "guard.search=bisect", f"guard.steer={str(steer).lower()}"])
     trainer = Trainer(config)
     tracker = guard_trainer(trainer, trainer.eval_pairs, taste="function", log=_quiet, exclude_pairs=False)
     result = tracker.run(0, budget.iterations)
     trail = result.trail
     best = choose(trail, 0.0).point
+    name = "steered" if steer else f"{weight:g}"
     if keep is not None and best is not None:
         result.apply(trainer.policy.transformer)
-        keep[f"frontier {weight:g}"] = grid_images(trainer)
+        keep[f"frontier {name}"] = grid_images(trainer)
     base = trail.base
-    return {"weight": weight, "gain": 0.0 if best is None else best.taste - base.taste,
+    return {"weight": name if steer else weight, "gain": 0.0 if best is None else best.taste - base.taste,
             "scene_change": 0.0 if best is None else best.guard - base.guard,
             "iteration": 0 if best is None else best.iteration,
             "strength": 1.0 if best is None else best.strength, "limit": trail.limit,
@@ -189,40 +201,61 @@ def person_trees(budget: TasteBudget, seed: int, folder: Path, person: Simulated
 def method_run(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[str], taste: Taste,
                scene: Callable[..., Any], extra: Sequence[str], keep: dict[str, torch.Tensor] | None = None
                ) -> dict[str, Any]:
-    """The default method on the first ``len(ids)`` labelled trees: the personal reward, training under
-    the guard (validation pairs only), then the chosen checkpoint measured on the test pairs."""
-    from ..rewards.mix import RewardMix
-    from ..rewards.personal import FitConfig, PersonalReward, fit_from_store, pooled_features
+    """The default method on the labelled trees ``ids``: the personal reward, training under the guard
+    (validation pairs only), then the chosen checkpoint measured on the test pairs."""
+    run, _ = _one_round(budget, seed, store, ids, taste, scene, extra)
+    return run
+
+
+def _one_round(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[str], taste: Taste,
+               scene: Callable[..., Any], extra: Sequence[str], keep: dict[str, torch.Tensor] | None = None,
+               before: dict[str, float] | None = None) -> tuple[dict[str, Any], Any]:
+    from .taste_method import fit_picks, summary, test_points, train_guarded
 
     config = _config(budget, seed, "scene", {}, extra)
-    fit = fit_from_store(store, pooled_features, list(ids), config=FitConfig(head=config.picks.head))
-    w = budget.picks_weight
-    spec = f"picks:{w:g},scene:{1 - w:g}"
-    trainer = Trainer(config)
-    trainer.reward = RewardMix(spec, {}, trainer.device,
-                               prebuilt={"picks": PersonalReward(fit, pooled_features), **trainer.reward.fns})
-    pairs = separate_validation_pairs(config, trainer.eval_pairs)
-    tracker = guard_trainer(trainer, pairs, taste="picks", log=_quiet, reward_spec=spec)
-    result = tracker.run(0, budget.iterations)  # the chosen checkpoint is in the policy now
-    point = result.choice.point
-    trail = result.trail
+    fit = fit_picks(store, ids, config.picks.head)
+    trainer, result = train_guarded(config, fit, budget.picks_weight, _quiet)
     if keep is not None:
         keep[f"{len(ids)} trees"] = grid_images(trainer)
-    # every point the guard chose among, measured on the test pairs too: what another margin would have
-    # given (taste_summary's sensitivity table); the choice itself read the validation pairs only
-    points = []
-    for p in trail.points:
-        result.apply(trainer.policy.transformer, take(trail, p.iteration, p.strength))
-        points.append({**asdict(p), **{f"test_{k}": v for k, v in measure(trainer, taste, scene).items()}})
-    chosen = next(q for q in points if point is not None and (q["iteration"], q["strength"]) ==
-                  (point.iteration, point.strength)) if point is not None else points[0]
-    after = {"taste": chosen["test_taste"], "scene": chosen["test_scene"]}
-    return {**after, "accuracy": fit.held_out_accuracy, "held_out_pairs": float(fit.held_out_pairs),
-            "chosen": {"iteration": 0 if point is None else point.iteration,
-                       "strength": 0.0 if point is None else point.strength, "reason": result.choice.reason,
-                       "validation_taste_gain": 0.0 if point is None else point.taste - trail.base.taste,
-                       "validation_scene_fall": 0.0 if point is None else trail.fall(point)},
-            "limit": trail.limit, "points": points}
+    before = before or measure_base(trainer, result, taste, scene)
+    run = summary(fit, result, test_points(trainer, result, before, taste, scene, measure))
+    return run, (trainer, fit)
+
+
+def measure_base(trainer: Trainer, result: Any, taste: Taste, scene: Callable[..., Any]) -> dict[str, float]:
+    """The base model's test figures (the run's zero LoRA), the chosen weights loaded back after."""
+    result.apply(trainer.policy.transformer, take(result.trail, 0, 0.0))
+    figures = measure(trainer, taste, scene)
+    result.apply(trainer.policy.transformer)
+    return figures
+
+
+def two_rounds(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[str], n: int, taste: Taste,
+               scene: Callable[..., Any], extra: Sequence[str], person: SimulatedPerson,
+               before: dict[str, float], keep: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+    """``n`` clicks in two rounds: the first ``n // 2`` base-model trees train a first model; the person
+    labels ``n - n // 2`` trees that the chosen model samples (the same prompts as the first trees, other
+    seeds); the reward refitted on all of them trains again from the base model."""
+    from .taste_method import on_policy_accuracy, second_round_trees
+
+    first = list(ids[: n // 2])
+    run1, (trainer, fit1) = _one_round(budget, seed, store, first, taste, scene, extra, before=before)
+    count = n - len(first)
+    prompts = [store.meta(t).prompt for t in (first * (count // max(1, len(first)) + 1))[:count]]
+    config = trainer.config
+    second = second_round_trees(trainer, store, prompts, _seeds(seed + 555 + n, count),
+                                first_plan(config, trainer.policy), person,
+                                random.Random(seed * 7919 + 2 * n + 3))
+    on_policy = on_policy_accuracy(fit1, store, second)
+    base_accuracy = on_policy_accuracy(fit1, store, list(ids[n // 2: n // 2 + count]))
+    del trainer
+    run2, _ = _one_round(budget, seed, store, [*first, *second], taste, scene, extra, keep, before)
+    chosen = run1["chosen"]
+    return {**run2, "rounds": [
+        {"trees": len(first), "model": "base", "chosen": [chosen["iteration"], chosen["strength"]],
+         "taste": run1["taste"], "scene": run1["scene"]},
+        {"trees": count, "model": f"round 1 at {chosen['iteration']}@{chosen['strength']:g}",
+         "first_reward_accuracy": on_policy, "first_reward_accuracy_on_base_trees": base_accuracy}]}
 
 
 def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extra: Sequence[str],
@@ -240,13 +273,17 @@ def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extr
     result = SeedResult(seed, before["taste"], before["scene"])
     best = frontier_runs(budget, result, taste_spec, extra, log, keep)
     if keep is not None:  # one frontier row in the grid: the best weight's
-        best_row = f"frontier {best['weight']:g}"
+        best_row = f"frontier {frontier_name(best['weight'])}"
         keep = {k: v for k, v in keep.items() if not k.startswith("frontier") or k == best_row}
     person = SimulatedPerson(taste, budget.likes, budget.dislikes, budget.mistakes)
     store, ids = person_trees(budget, seed, folder / f"seed{seed}", person, extra)
     for n in budget.tree_counts():
         shown = keep if keep is not None and n == _grid_count(budget) else None
-        result.reward[n] = run = method_run(budget, seed, store, ids[:n], taste, scene, extra, shown)
+        if budget.rounds == 2:
+            run = two_rounds(budget, seed, store, ids, n, taste, scene, extra, person, before, shown)
+        else:
+            run, _ = _one_round(budget, seed, store, ids[:n], taste, scene, extra, shown, before)
+        result.reward[n] = run
         log(f"{name} seed {seed}, {n} trees: held-out pair accuracy {run['accuracy']:.3f}; taste "
             f"{run['taste'] - before['taste']:+.4f}, scene {run['scene'] - before['scene']:+.4f}; "
             f"{run['chosen']['reason']}")
@@ -260,14 +297,22 @@ def frontier_runs(budget: TasteBudget, result: SeedResult, taste_spec: str, extr
     """The frontier at every weight into ``result`` (its ``frontier`` and ``oracle``); the best run."""
     name = taste_spec.rpartition(":")[2]
     result.frontier = {}
-    for weight in budget.frontier_weights:
-        run = frontier_run(budget, result.seed, weight, taste_spec, extra, keep)
-        result.frontier[f"{weight:g}"] = run
-        log(f"{name} seed {result.seed} frontier at weight {weight:g}: taste {run['gain']:+.4f} at iteration "
+    arms = [(f"{w:g}", w, False) for w in budget.frontier_weights]
+    arms += [("steered", budget.picks_weight, True)] if budget.frontier_steer else []
+    for key, weight, steer in arms:
+        run = frontier_run(budget, result.seed, weight, taste_spec, extra, keep, steer)
+        result.frontier[key] = run
+        what = "steered by the guard" if steer else f"at weight {weight:g}"
+        log(f"{name} seed {result.seed} frontier {what}: taste {run['gain']:+.4f} at iteration "
             f"{run['iteration']}, strength {run['strength']:g} (scene {run['scene_change']:+.4f})")
     best = best_frontier(result)
     result.oracle = {"taste": best["taste"], "scene": best["scene"], "weight": best["weight"]}
     return best
+
+
+def frontier_name(weight: float | str) -> str:
+    """A frontier arm's name: its weight, or ``steered``."""
+    return weight if isinstance(weight, str) else f"{weight:g}"
 
 
 def best_frontier(result: SeedResult) -> dict[str, Any]:

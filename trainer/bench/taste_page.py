@@ -68,6 +68,7 @@ def taste_rows(summary: dict[str, Any]) -> list[str]:
             f"| {name} | {n} | {_ci(row['taste_gain'])} | {_ci(row['frontier_gain'])} | "
             f"{row['share_of_frontier']:.0%} | {verdict} | {_ci(row['guard_change'])} | "
             f"-{row['guard_limit']:.2f}: {guard['reading']} ({guard['interval']}) | "
+            f"{row['past_limit']['runs']} of {row['past_limit']['of']} | "
             f"{row['held_out_pair_accuracy']:.2f} |")
         name = ""
     return rows
@@ -106,7 +107,8 @@ def frontier_points(summary: dict[str, Any]) -> str:
         best = max(seed["frontier"].values(), key=lambda r: r["gain"])
         strength = best.get("strength", 1.0)
         at = f"{best['iteration']}" + (f"@{strength:g}" if strength != 1.0 else "")
-        out.append("none within the limit" if best["gain"] <= 0 else f"{best['weight']:g} at {at}")
+        weight = best["weight"] if isinstance(best["weight"], str) else f"{best['weight']:g}"
+        out.append("none within the limit" if best["gain"] <= 0 else f"{weight} at {at}")
     return ", ".join(out)
 
 
@@ -143,14 +145,19 @@ def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: st
         "x 8 leaves at "
         f"`picks:{b['picks_weight']:g},scene:{1 - b['picks_weight']:g}` with the guard at its default "
         f"(`{b['keep']}`: prompt-following, the scene reward, may fall by at most the limit): "
-        f"{b['checkpoints']} checkpoints and lower LoRA strengths measured on {b['validation_pairs']} "
+        + ("in two rounds of picks (half the trees on the base model, half on the first round's chosen "
+           "model; the second round fits on every pick and trains again from the base model): "
+           if b.get("rounds", 1) == 2 else "")
+        + f"{b['checkpoints']} checkpoints and lower LoRA strengths measured on {b['validation_pairs']} "
         "validation pairs, the choice made from the personal reward and the scene reward, never from the "
         f"hidden taste, with a margin of {b['margin']:g} standard error. The **oracle frontier** trains the "
         "hidden taste itself as the reward at weights "
         + ", ".join(f"{w:g}" for w in b["frontier_weights"])
-        + " over the same budget, and per weight takes the best checkpoint"
-        + (f", or lower LoRA strength of one past the limit ({b.get('frontier_strengths', 0)} tried per such "
-           "checkpoint, as the guard tries them),"
+        + (f" and with the guard steering the weight from {b['picks_weight']:g}"
+           if b.get("frontier_steer") else "")
+        + " over the same budget, and per run takes the best checkpoint"
+        + (f", or lower LoRA strength ({b.get('frontier_strengths', 0)} halving toward the limit on its "
+           "tastiest checkpoint past it, as the guard searches),"
            if b.get("frontier_strengths", 0) else " (at full LoRA strength only)")
         + " whose scene fall on the test pairs stays within the limit (0 where none does); the frontier is "
         "the largest of those gains. It reads the hidden "
@@ -159,8 +166,8 @@ def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: st
         f"means over {seeds} seeds with 95% t intervals (paired per seed where a difference is shown).",
         "",
         "| taste | labelled trees | taste gain | oracle frontier | share of the frontier | target | "
-        "prompt-following change | limit: held? | held-out pair accuracy |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "prompt-following change | limit: held? | runs past the limit | held-out pair accuracy |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for summary in summaries:
         lines += taste_rows(summary)

@@ -99,6 +99,17 @@ def by_trees(results: Sequence[Any], n: int) -> dict[str, Any]:
         m = estimate(margins)
         row["target"] = {"share": target, "margin": m, "exact_p": sign_flip_test(margins),
                          "reading": reading(m["mean"], m["ci95"])}
+    row["past_limit"] = {"runs": sum(c < -limit for c in guard), "of": len(guard)}
+    rounds = [r.reward[n].get("rounds") for r in results]
+    if all(rounds):
+        second = [r[1] for r in rounds]
+        row["rounds"] = {
+            "first_trees": rounds[0][0]["trees"], "second_trees": second[0]["trees"],
+            "first_reward_on_policy_accuracy": statistics.fmean(s["first_reward_accuracy"] for s in second),
+            "first_reward_base_accuracy": statistics.fmean(s["first_reward_accuracy_on_base_trees"]
+                                                           for s in second),
+            "first_round_taste_gain": estimate([r0[0]["taste"] - res.taste_before
+                                                for r0, res in zip(rounds, results, strict=True)])}
     held = [c + limit for c in guard]  # >= 0 when the fall is within the limit
     h = estimate(held)
     low, high = h["mean"] - h["ci95"], h["mean"] + h["ci95"]
@@ -109,11 +120,19 @@ def by_trees(results: Sequence[Any], n: int) -> dict[str, Any]:
     return row
 
 
+def _arm_order(name: str) -> tuple[int, float]:
+    """Frontier arms in order: the fixed weights by weight, then ``steered``."""
+    try:
+        return 0, float(name)
+    except ValueError:
+        return 1, 0.0
+
+
 def summarise(results: Sequence[Any], budget: Any, taste: str) -> dict[str, Any]:
     """``taste.json`` of one taste."""
     counts = sorted(set.intersection(*(set(r.reward) for r in results)))
     frontier = [max(f["gain"] for f in r.frontier.values()) for r in results]
-    weights = sorted(results[0].frontier, key=float)
+    weights = sorted(results[0].frontier, key=_arm_order)
     out: dict[str, Any] = {
         "taste": taste, "trees": budget.trees, "seeds": [r.seed for r in results], "budget": asdict(budget),
         "oracle_gain_mean": statistics.fmean(frontier), "oracle_gain_ci95": mean_ci95(frontier).ci95,
@@ -157,7 +176,13 @@ def format_summary(summary: dict[str, Any]) -> str:
     for n, row in summary["by_trees"].items():
         text = (f"  {n:>4} trees: taste {_pm(row['taste_gain'])} = {row['share_of_frontier']:.0%} of the "
                 f"frontier; prompt-following {_pm(row['guard_change'])} (limit -{row['guard_limit']:.3f}: "
-                f"{row['guard_held']['reading']}); pair accuracy {row['held_out_pair_accuracy']:.2f}")
+                f"{row['guard_held']['reading']}; past it in {row['past_limit']['runs']} of "
+                f"{row['past_limit']['of']} runs); pair accuracy {row['held_out_pair_accuracy']:.2f}")
+        if "rounds" in row:
+            r = row["rounds"]
+            text += (f"; round 1 on {r['first_trees']} trees: taste {_pm(r['first_round_taste_gain'])}, its "
+                     f"reward's pair accuracy {r['first_reward_on_policy_accuracy']:.2f} on the trained "
+                     f"model's trees, {r['first_reward_base_accuracy']:.2f} on the base model's")
         if "target" in row:
             t = row["target"]
             text += f"; target {t['share']:.0%}: {t['reading']} (margin {_pm(t['margin'])})"

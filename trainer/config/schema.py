@@ -278,12 +278,14 @@ class GuardConfig:
     reward); ``margin``: how many standard errors of the measured fall must also fit under the limit
     (1: the limit holds unless the measurement was unlucky by more than one standard error);
     ``strength_tries``: lower LoRA strengths measured for checkpoints past the limit; ``search``: how
-    they are placed: ``line`` (the first checkpoint past the limit and the one with the most taste, each
-    where a straight line from the base predicts the limit, and at 0.7 of that) or ``bisect`` (the one
-    with the most taste only, halving the interval between the strongest strength known to fit and the
-    weakest known not to, one measurement per try). The reward's own
-    weights are used as written: under the guard, weigh the picks high (the node trains with
-    ``picks:0.5``); the limit, not the weight, decides how far training goes. ``steer``: the guard also
+    they are placed: ``bisect`` (the checkpoint with the most taste, halving the interval between the
+    strongest strength known to fit and the weakest known not to, one measurement per try) or ``line``
+    (the first version's: the first checkpoint past the limit and the one with the most taste, each where
+    a straight line from the base predicts the limit, and at 0.7 of that). On the embedded model 512
+    pairs and ``bisect`` reached 64% of the oracle frontier where 128 pairs and ``line`` reached 34%
+    (docs/picks.md); on a large model each pair is an image per measurement: set fewer (a wider
+    margin). The reward's own weights are used as written (the node trains at ``picks:0.3``); the
+    limit and the strength, not the weight, decide how far the result goes. ``steer``: the guard also
     steers training: after each checkpoint a controller (``trainer/guard/controller.py``) sets the picks
     weight of the next iterations from the measured fall, starting from the reward's own weight, so the
     run ends near the limit whatever the taste (being measured: off by default until it is).
@@ -292,11 +294,11 @@ class GuardConfig:
     keep: str | bool = "closely"  # YAML reads a bare ``off`` as false: both mean off
     limit: float | None = None
     checkpoints: int = 6
-    pairs: int = 128
+    pairs: int = 512
     seed: int = 777
     margin: float = 1.0
-    strength_tries: int = 2
-    search: str = "line"
+    strength_tries: int = 4
+    search: str = "bisect"
     steer: bool = False
 
     def __post_init__(self) -> None:

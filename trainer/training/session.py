@@ -129,7 +129,9 @@ def train_from_picks(policy: Policy, picks_dir: str | Path, config: TrainConfig,
     with torch.inference_mode(False), torch.enable_grad():
         trainer, config, start, history = start_steps(policy, config, iterations, previous)
         own_prompts = config.data.prompts != "scenes"
-        pairs = (same_prompt_pairs(read_prompt_file(config.data.prompts), config) if own_prompts
+        # a continued guarded run measures on the pairs its trail began with (later picks may add prompts)
+        measured = previous.config if previous is not None and previous.guard is not None else config
+        pairs = (same_prompt_pairs(read_prompt_file(measured.data.prompts), config) if own_prompts
                  else separate_validation_pairs(config, trainer.eval_pairs))
         tracker = guard_trainer(trainer, pairs, log=log, exclude_pairs=not own_prompts,
                                 previous=previous.guard if previous is not None else None)

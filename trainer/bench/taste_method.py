@@ -1,0 +1,111 @@
+"""The method ``treerpo bench taste`` measures: a personal reward fitted on a simulated person's picks,
+training under the guard (validation pairs only), and the chosen checkpoint measured on the test pairs.
+
+With two rounds (``TasteBudget.rounds``) the person labels half the trees on the base model, the method
+trains and chooses, the person labels the other half on trees the chosen model samples (on-policy
+pairs: where the first reward is now wrong), and the reward refitted on every pick trains again from
+the base model. Both rounds count their clicks: 25 + 25 trees stand against 50 from the base model.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import torch
+
+from ..guard.choice import choose, take
+from ..preferences.pairs import tree_pairs
+from ..preferences.store import PickStore
+from ..training.from_picks import model_id, store_trees
+from ..training.guarded import guard_trainer, separate_validation_pairs
+from ..training.loop import Trainer
+from .person import SimulatedPerson, Taste
+
+MARGINS_MEASURED = (0.0, 0.5, 1.0)
+"""The margins whose choice is measured on the test pairs too (taste_summary's sensitivity table)."""
+
+
+def fit_picks(store: PickStore, ids: Sequence[str], head: str) -> Any:
+    """The personal reward's fit on the labelled trees ``ids`` (pooled features)."""
+    from ..rewards.personal import FitConfig, fit_from_store, pooled_features
+
+    return fit_from_store(store, pooled_features, list(ids), config=FitConfig(head=head))
+
+
+def on_policy_accuracy(fit: Any, store: PickStore, ids: Sequence[str]) -> float:
+    """How well ``fit`` orders the person's pairs on trees it was not fitted on (``ids``): on trees of a
+    trained model, where training has moved the images, this is the accuracy that matters."""
+    from ..rewards.personal import pair_accuracy, pooled_features
+
+    labelled = dict(store.labelled())
+    with torch.no_grad():
+        feats = {t: pooled_features(store.load_images(t)) for t in ids}
+    pairs = {t: tree_pairs(labelled[t], feats[t].shape[0]) for t in ids}
+    return pair_accuracy(fit.head, feats, pairs)
+
+
+def train_guarded(config: Any, fit: Any, picks_weight: float, quiet: Callable[[str], None]
+                  ) -> tuple[Trainer, Any]:
+    """Train ``config`` on ``picks:w, scene:1-w`` with the personal reward under the guard; the trainer
+    (its policy holds the chosen checkpoint) and the guarded result."""
+    from ..rewards.mix import RewardMix
+    from ..rewards.personal import PersonalReward, pooled_features
+
+    spec = f"picks:{picks_weight:g},scene:{1 - picks_weight:g}"
+    trainer = Trainer(config)
+    trainer.reward = RewardMix(spec, {}, trainer.device,
+                               prebuilt={"picks": PersonalReward(fit, pooled_features), **trainer.reward.fns})
+    pairs = separate_validation_pairs(config, trainer.eval_pairs)
+    tracker = guard_trainer(trainer, pairs, taste="picks", log=quiet, reward_spec=spec)
+    return trainer, tracker.run(0, config.iterations)
+
+
+def test_points(trainer: Trainer, result: Any, before: dict[str, float], taste: Taste, scene: Any,
+                measure: Callable[..., dict[str, float]]) -> list[dict[str, Any]]:
+    """Every point of the trail, with the test figures of those some margin in ``MARGINS_MEASURED``
+    chooses (the base model's are ``before``: a zero LoRA draws the same images)."""
+    trail = result.trail
+    picked = [result.choice.point, *(choose(trail, margin).point for margin in MARGINS_MEASURED)]
+    wanted = {(p.iteration, p.strength) for p in picked if p is not None}
+    points = []
+    for p in trail.points:
+        row = asdict(p)
+        if p.iteration == 0:
+            row.update({"test_taste": before["taste"], "test_scene": before["scene"]})
+        elif (p.iteration, p.strength) in wanted:
+            result.apply(trainer.policy.transformer, take(trail, p.iteration, p.strength))
+            row.update({f"test_{k}": v for k, v in measure(trainer, taste, scene).items()})
+        points.append(row)
+    result.apply(trainer.policy.transformer)
+    return points
+
+
+def summary(fit: Any, result: Any, points: list[dict[str, Any]]) -> dict[str, Any]:
+    """A method run as ``taste.json`` stores it: the chosen point's test figures, why, and every point."""
+    trail, point = result.trail, result.choice.point
+    key = (0, 1.0) if point is None else (point.iteration, point.strength)
+    chosen = next(q for q in points if (q["iteration"], q["strength"]) == key)
+    return {"taste": chosen["test_taste"], "scene": chosen["test_scene"], "accuracy": fit.held_out_accuracy,
+            "held_out_pairs": float(fit.held_out_pairs),
+            "chosen": {"iteration": 0 if point is None else point.iteration,
+                       "strength": 0.0 if point is None else point.strength, "reason": result.choice.reason,
+                       "validation_taste_gain": 0.0 if point is None else point.taste - trail.base.taste,
+                       "validation_scene_fall": 0.0 if point is None else trail.fall(point)},
+            "limit": trail.limit, "points": points,
+            "picks_weights": [p.picks_weight for p in trail.points if p.picks_weight is not None]}
+
+
+def second_round_trees(trainer: Trainer, store: PickStore, prompts: Sequence[str], seeds: Sequence[int],
+                       plan: Any, person: SimulatedPerson, rng: random.Random) -> list[str]:
+    """Trees of the chosen model (the policy as the first round left it), labelled by the person; the
+    store records the LoRA that sampled each."""
+    from .taste import label_trees
+
+    policy = trainer.policy
+    ids = store_trees(policy, store, list(prompts), list(seeds), plan, model_id(policy, "embedded"),
+                      max_batch=trainer.config.max_batch)
+    label_trees(store, ids, person, rng)
+    return ids

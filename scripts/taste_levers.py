@@ -1,0 +1,163 @@
+"""What each lever of learning a taste from picks gives, on the same seeds and the same picks: the first
+version's guard (128 validation pairs, strengths guessed on a straight line), the default (512 pairs,
+strengths by bisection), the default with the guard steering the picks weight, and the default at a
+higher fixed weight, each against the oracle frontier of ``treerpo bench taste`` (the best of the fixed
+weights and the steered oracle). Every figure is on held-out test pairs, per seed, and the comparison is
+printed as means with 95% t intervals, paired per seed against the default.
+
+    python scripts/taste_levers.py --tastes lower_objects,warm_shades,larger_objects --seeds 2 \
+        --trees 50 --out runs/levers
+
+``--out/<taste>_<seed>.json`` is written after every arm, so a stopped run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from dynamic_treerpo.trainer.bench.person import SimulatedPerson, load_taste
+from dynamic_treerpo.trainer.bench.stats import mean_ci95
+from dynamic_treerpo.trainer.bench.taste import (
+    SeedResult,
+    TasteBudget,
+    _config,
+    _one_round,
+    frontier_runs,
+    measure,
+    person_trees,
+)
+from dynamic_treerpo.trainer.rewards.registry import get_reward
+from dynamic_treerpo.trainer.training.loop import Trainer
+
+FIRST_VERSION = ["guard.pairs=128", "guard.search=line", "guard.strength_tries=2"]
+ARMS: dict[str, tuple[list[str], float | None]] = {
+    "first version (128 pairs, line)": (FIRST_VERSION, None),
+    "default (512 pairs, bisect)": ([], None),
+    "default + guard.steer": (["guard.steer=true"], None),
+    "default at picks weight 0.6": ([], 0.6),
+}
+"""Each arm: config lines after the budget's, and a picks weight other than the budget's (None: its own)."""
+DEFAULT = "default (512 pairs, bisect)"
+
+
+def run(taste: str, seed: int, budget: TasteBudget, path: Path, log: Any = print) -> dict[str, Any]:
+    """One taste and seed: the frontier, the person's trees, then every arm on the same trees."""
+    data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+
+    def save() -> None:
+        path.write_text(json.dumps(data, indent=1))
+
+    name, hidden = load_taste(taste)
+    scene = get_reward("scene")
+    if "before" not in data:
+        data["before"] = measure(Trainer(_config(budget, seed, "scene", {}, [])), hidden, scene)
+        save()
+    before = data["before"]
+    if "frontier" not in data:
+        result = SeedResult(seed, before["taste"], before["scene"])
+        frontier_runs(budget, result, taste, [], log)
+        data["frontier"] = {k: {"gain": v["gain"], "scene_change": v["scene_change"], "weight": v["weight"],
+                                "iteration": v["iteration"], "strength": v["strength"]}
+                            for k, v in result.frontier.items()}
+        save()
+    person = SimulatedPerson(hidden, budget.likes, budget.dislikes, budget.mistakes)
+    store, ids = person_trees(budget, seed, path.parent / f".picks_{path.stem}", person, [])
+    for arm, (extra, weight) in ARMS.items():
+        if arm in data.get("arms", {}):
+            continue
+        arm_budget = budget if weight is None else replace(budget, picks_weight=weight)
+        out, _ = _one_round(arm_budget, seed, store, ids[: budget.trees], hidden, scene, extra, before=before)
+        data.setdefault("arms", {})[arm] = {
+            "taste_gain": out["taste"] - before["taste"], "scene_change": out["scene"] - before["scene"],
+            "limit": out["limit"], "chosen": out["chosen"], "picks_weights": out["picks_weights"]}
+        save()
+        log(f"{name} seed {seed}, {arm}: taste {out['taste'] - before['taste']:+.4f}, scene "
+            f"{out['scene'] - before['scene']:+.4f}; {out['chosen']['reason']}")
+    return data
+
+
+def table(results: dict[str, list[dict[str, Any]]]) -> str:
+    """Per taste and arm: the taste gain, its share of the frontier, the gain's difference from the default
+    (paired per seed), the change of prompt-following and the runs past the limit."""
+    lines = ["| taste | arm | seeds | taste gain (95% CI) | share of the frontier | against the default "
+             "(95% CI) | prompt-following change | runs past the limit |",
+             "|---|---|---|---|---|---|---|---|"]
+    for taste, runs in results.items():
+        frontier = [max(f["gain"] for f in r["frontier"].values()) for r in runs]
+        for arm in ARMS:
+            done = [r for r in runs if arm in r.get("arms", {})]
+            if not done:
+                continue
+            gains = [r["arms"][arm]["taste_gain"] for r in done]
+            scene = [r["arms"][arm]["scene_change"] for r in done]
+            front = statistics.fmean(max(f["gain"] for f in r["frontier"].values()) for r in done)
+            paired = [r["arms"][arm]["taste_gain"] - r["arms"][DEFAULT]["taste_gain"] for r in done
+                      if DEFAULT in r["arms"]]
+            past = sum(r["arms"][arm]["scene_change"] < -r["arms"][arm]["limit"] for r in done)
+            versus = "" if arm == DEFAULT or not paired else _ci(paired)
+            share = statistics.fmean(gains) / front
+            lines.append(f"| {taste} | {arm} | {len(done)} | {_ci(gains)} | {share:.0%} | {versus} | "
+                         f"{_ci(scene, 4)} | {past} of {len(done)} |")
+        lines.append(f"| {taste} | oracle frontier | {len(runs)} | {_ci(frontier)} | 100% | | | |")
+    lines += ["", "Over every taste and seed, each run's gain as a share of its own frontier:", "",
+              "| arm | runs | share of the frontier (95% CI) | against the default (95% CI) | runs past the "
+              "limit |", "|---|---|---|---|---|"]
+    runs = [r for rs in results.values() for r in rs]
+    for arm in ARMS:
+        done = [r for r in runs if arm in r.get("arms", {})]
+        if not done:
+            continue
+        shares = [_share(r, arm) for r in done]
+        paired = [_share(r, arm) - _share(r, DEFAULT) for r in done if DEFAULT in r["arms"]]
+        past = sum(r["arms"][arm]["scene_change"] < -r["arms"][arm]["limit"] for r in done)
+        versus = "" if arm == DEFAULT or not paired else _ci(paired, percent=True)
+        lines.append(f"| {arm} | {len(done)} | {_ci(shares, percent=True)} | {versus} | "
+                     f"{past} of {len(done)} |")
+    return "\n".join(lines)
+
+
+def _share(run: dict[str, Any], arm: str) -> float:
+    return run["arms"][arm]["taste_gain"] / max(f["gain"] for f in run["frontier"].values())
+
+
+def _ci(values: list[float], digits: int = 3, percent: bool = False) -> str:
+    e = mean_ci95(values)
+
+    def num(x: float) -> str:
+        return f"{x:+.0%}" if percent else f"{x:+.{digits}f}"
+
+    if len(values) < 2:
+        return num(e.mean)
+    return f"{num(e.mean)} ({num(e.mean - e.ci95)} to {num(e.mean + e.ci95)})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tastes", default="lower_objects,warm_shades,larger_objects")
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--trees", type=int, default=50)
+    parser.add_argument("--out", type=Path, default=Path("runs/levers"))
+    parser.add_argument("--report", action="store_true", help="run nothing: print the table of --out")
+    args = parser.parse_args(argv)
+    budget = replace(TasteBudget(), trees=args.trees, at=(args.trees,), seeds=args.seeds)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, list[dict[str, Any]]] = {}
+    for taste in args.tastes.split(","):
+        for seed in range(args.seeds):
+            path = args.out / f"{taste}_{seed}.json"
+            if args.report:
+                if path.exists():
+                    results.setdefault(taste, []).append(json.loads(path.read_text()))
+                continue
+            results.setdefault(taste, []).append(run(taste, seed, budget, path))
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

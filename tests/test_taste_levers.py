@@ -1,0 +1,39 @@
+"""scripts/taste_levers.py's table: each arm's taste gain against the oracle frontier and, paired per seed,
+against the default, with the runs whose prompt-following fell past the limit."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("taste_levers", REPO / "scripts" / "taste_levers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(default: float, first: float, frontier: float, fall: float) -> dict:
+    arm = {"limit": 0.02, "chosen": {}, "picks_weights": []}
+    return {"before": {"taste": 0.5, "scene": 0.45},
+            "frontier": {"0.3": {"gain": frontier}, "steered": {"gain": frontier / 2}},
+            "arms": {"default (512 pairs, bisect)": {**arm, "taste_gain": default, "scene_change": -fall},
+                     "first version (128 pairs, line)": {**arm, "taste_gain": first, "scene_change": 0.0}}}
+
+
+def test_the_levers_table_pairs_each_arm_with_the_default_and_counts_falls_past_the_limit(tmp_path, capsys):
+    levers = _script()
+    for seed, (default, first, fall) in enumerate([(0.10, 0.05, 0.01), (0.20, 0.10, 0.03)]):
+        (tmp_path / f"lower_objects_{seed}.json").write_text(json.dumps(_run(default, first, 0.2, fall)))
+    assert levers.main(["--report", "--out", str(tmp_path), "--tastes", "lower_objects", "--seeds", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "| lower_objects | default (512 pairs, bisect) | 2 | +0.150 (" in text
+    assert "| 75% |  | " in text and "| 1 of 2 |" in text  # 0.15 of a 0.2 frontier; seed 1 fell 0.03
+    assert "| lower_objects | first version (128 pairs, line) | 2 | +0.075 (" in text
+    assert "| 38% | -0.075 (" in text  # paired with the default, seed by seed
+    assert "| lower_objects | oracle frontier | 2 | +0.200 (+0.200 to +0.200) | 100% |" in text
+    assert "| first version (128 pairs, line) | 2 | +38% (" in text and "| -38% (" in text

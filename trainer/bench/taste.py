@@ -46,6 +46,15 @@ from ..training.loop import Trainer
 from ..training.plans import iteration_plan, iteration_seeds
 from ..utils.atomic import atomic_write_text
 from .person import SimulatedPerson, Taste, load_taste
+from .taste_method import (
+    fit_picks,
+    label_trees,
+    on_policy_accuracy,
+    second_round_trees,
+    summary,
+    test_points,
+    train_guarded,
+)
 
 CHECKPOINTS = (25, 50, 100)
 FRONTIER_WEIGHTS = (0.3, 0.5, 0.8)
@@ -142,13 +151,6 @@ def grid_images(trainer: Trainer) -> torch.Tensor:
                     trainer.config.max_batch).float().cpu()
 
 
-def label_trees(store: PickStore, ids: Sequence[str], person: SimulatedPerson, rng: random.Random) -> None:
-    """The person picks on each tree, saved through the store (as the ComfyUI picker saves them)."""
-    for tree_id in ids:
-        liked, disliked = person.pick(store.load_images(tree_id), store.meta(tree_id).prompt, rng)
-        store.save_picks(tree_id, liked, disliked)
-
-
 def _quiet(_: str) -> None:
     return None
 
@@ -210,8 +212,6 @@ def method_run(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[s
 def _one_round(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[str], taste: Taste,
                scene: Callable[..., Any], extra: Sequence[str], keep: dict[str, torch.Tensor] | None = None,
                before: dict[str, float] | None = None) -> tuple[dict[str, Any], Any]:
-    from .taste_method import fit_picks, summary, test_points, train_guarded
-
     config = _config(budget, seed, "scene", {}, extra)
     fit = fit_picks(store, ids, config.picks.head)
     trainer, result = train_guarded(config, fit, budget.picks_weight, _quiet)
@@ -236,8 +236,6 @@ def two_rounds(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[s
     """``n`` clicks in two rounds: the first ``n // 2`` base-model trees train a first model; the person
     labels ``n - n // 2`` trees that the chosen model samples (the same prompts as the first trees, other
     seeds); the reward refitted on all of them trains again from the base model."""
-    from .taste_method import on_policy_accuracy, second_round_trees
-
     first = list(ids[: n // 2])
     run1, (trainer, fit1) = _one_round(budget, seed, store, first, taste, scene, extra, before=before)
     count = n - len(first)

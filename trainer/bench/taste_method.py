@@ -98,12 +98,17 @@ def summary(fit: Any, result: Any, points: list[dict[str, Any]]) -> dict[str, An
             "picks_weights": [p.picks_weight for p in trail.points if p.picks_weight is not None]}
 
 
+def label_trees(store: PickStore, ids: Sequence[str], person: SimulatedPerson, rng: random.Random) -> None:
+    """The person picks on each tree, saved through the store (as the ComfyUI picker saves them)."""
+    for tree_id in ids:
+        liked, disliked = person.pick(store.load_images(tree_id), store.meta(tree_id).prompt, rng)
+        store.save_picks(tree_id, liked, disliked)
+
+
 def second_round_trees(trainer: Trainer, store: PickStore, prompts: Sequence[str], seeds: Sequence[int],
                        plan: Any, person: SimulatedPerson, rng: random.Random) -> list[str]:
     """Trees of the chosen model (the policy as the first round left it), labelled by the person; the
     store records the LoRA that sampled each."""
-    from .taste import label_trees
-
     policy = trainer.policy
     ids = store_trees(policy, store, list(prompts), list(seeds), plan, model_id(policy, "embedded"),
                       max_batch=trainer.config.max_batch)

@@ -30,6 +30,7 @@ from dynamic_treerpo.trainer.bench.taste import (
     frontier_runs,
     measure,
     person_trees,
+    two_rounds,
 )
 from dynamic_treerpo.trainer.rewards.registry import get_reward
 from dynamic_treerpo.trainer.training.loop import Trainer
@@ -40,13 +41,18 @@ ARMS: dict[str, tuple[list[str], float | None]] = {
     "default (512 pairs, bisect)": ([], None),
     "default + guard.steer": (["guard.steer=true"], None),
     "default at picks weight 0.6": ([], 0.6),
+    "default, two rounds of picks": ([], None),
 }
 """Each arm: config lines after the budget's, and a picks weight other than the budget's (None: its own)."""
+TWO_ROUNDS = "default, two rounds of picks"
+"""Half the trees on the base model, half on the first round's chosen model, the same clicks in all."""
 DEFAULT = "default (512 pairs, bisect)"
 
 
-def run(taste: str, seed: int, budget: TasteBudget, path: Path, log: Any = print) -> dict[str, Any]:
-    """One taste and seed: the frontier, the person's trees, then every arm on the same trees."""
+def run(taste: str, seed: int, budget: TasteBudget, path: Path, log: Any = print,
+        wanted: list[str] | None = None) -> dict[str, Any]:
+    """One taste and seed: the frontier, the person's trees, then every arm (of ``wanted``) on the same
+    trees."""
     data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
 
     def save() -> None:
@@ -68,13 +74,18 @@ def run(taste: str, seed: int, budget: TasteBudget, path: Path, log: Any = print
     person = SimulatedPerson(hidden, budget.likes, budget.dislikes, budget.mistakes)
     store, ids = person_trees(budget, seed, path.parent / f".picks_{path.stem}", person, [])
     for arm, (extra, weight) in ARMS.items():
-        if arm in data.get("arms", {}):
+        if arm in data.get("arms", {}) or (wanted is not None and arm not in wanted):
             continue
         arm_budget = budget if weight is None else replace(budget, picks_weight=weight)
-        out, _ = _one_round(arm_budget, seed, store, ids[: budget.trees], hidden, scene, extra, before=before)
+        if arm == TWO_ROUNDS:
+            out = two_rounds(arm_budget, seed, store, ids, budget.trees, hidden, scene, extra, person, before)
+        else:
+            out, _ = _one_round(arm_budget, seed, store, ids[: budget.trees], hidden, scene, extra,
+                                before=before)
         data.setdefault("arms", {})[arm] = {
             "taste_gain": out["taste"] - before["taste"], "scene_change": out["scene"] - before["scene"],
-            "limit": out["limit"], "chosen": out["chosen"], "picks_weights": out["picks_weights"]}
+            "limit": out["limit"], "chosen": out["chosen"], "picks_weights": out["picks_weights"],
+            **({"rounds": out["rounds"]} if "rounds" in out else {})}
         save()
         log(f"{name} seed {seed}, {arm}: taste {out['taste'] - before['taste']:+.4f}, scene "
             f"{out['scene'] - before['scene']:+.4f}; {out['chosen']['reason']}")
@@ -118,6 +129,16 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
         versus = "" if arm == DEFAULT or not paired else _ci(paired, percent=True)
         lines.append(f"| {arm} | {len(done)} | {_ci(shares, percent=True)} | {versus} | "
                      f"{past} of {len(done)} |")
+    second = [(taste, r["arms"][TWO_ROUNDS]["rounds"][1]) for taste, rs in results.items() for r in rs
+              if TWO_ROUNDS in r.get("arms", {})]
+    if second:
+        on = statistics.fmean(s["first_reward_accuracy"] for _, s in second)
+        base = statistics.fmean(s["first_reward_accuracy_on_base_trees"] for _, s in second)
+        each = ", ".join(f"{t} {a['first_reward_accuracy']:.2f} / "
+                         f"{a['first_reward_accuracy_on_base_trees']:.2f}" for t, a in second)
+        lines += ["", f"Two rounds: the first round's personal reward ordered the person's pairs on the "
+                      f"trained model's trees at {on:.2f}, on more of the base model's trees at {base:.2f} "
+                      f"(mean of {len(second)} runs; per run: {each})."]
     return "\n".join(lines)
 
 
@@ -143,8 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trees", type=int, default=50)
     parser.add_argument("--out", type=Path, default=Path("runs/levers"))
     parser.add_argument("--report", action="store_true", help="run nothing: print the table of --out")
+    parser.add_argument("--arms", default=None, metavar="NAME;NAME",
+                        help="run only these arms (names as in the table, ';'-separated); the others are "
+                             "read from --out where there")
     args = parser.parse_args(argv)
     budget = replace(TasteBudget(), trees=args.trees, at=(args.trees,), seeds=args.seeds)
+    unknown = [a for a in (args.arms or "").split(";") if a and a not in ARMS]
+    if unknown:
+        parser.error(f"no arm {unknown[0]!r}; the arms are: {'; '.join(ARMS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict[str, Any]]] = {}
     for taste in args.tastes.split(","):
@@ -154,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                 if path.exists():
                     results.setdefault(taste, []).append(json.loads(path.read_text()))
                 continue
-            results.setdefault(taste, []).append(run(taste, seed, budget, path))
+            wanted = args.arms.split(";") if args.arms else list(ARMS)
+            results.setdefault(taste, []).append(run(taste, seed, budget, path, wanted=wanted))
     print(table(results))
     return 0
 

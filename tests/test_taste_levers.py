@@ -28,7 +28,12 @@ def _run(default: float, first: float, frontier: float, fall: float) -> dict:
 def test_the_levers_table_pairs_each_arm_with_the_default_and_counts_falls_past_the_limit(tmp_path, capsys):
     levers = _script()
     for seed, (default, first, fall) in enumerate([(0.10, 0.05, 0.01), (0.20, 0.10, 0.03)]):
-        (tmp_path / f"lower_objects_{seed}.json").write_text(json.dumps(_run(default, first, 0.2, fall)))
+        run = _run(default, first, 0.2, fall)
+        if seed == 0:  # a two-round run: the first reward's accuracy on the trained model's trees
+            second = {"first_reward_accuracy": 0.6, "first_reward_accuracy_on_base_trees": 0.8}
+            default_arm = run["arms"]["default (512 pairs, bisect)"]
+            run["arms"][levers.TWO_ROUNDS] = {**default_arm, "rounds": [{}, second]}
+        (tmp_path / f"lower_objects_{seed}.json").write_text(json.dumps(run))
     assert levers.main(["--report", "--out", str(tmp_path), "--tastes", "lower_objects", "--seeds", "2"]) == 0
     text = capsys.readouterr().out
     assert "| lower_objects | default (512 pairs, bisect) | 2 | +0.150 (" in text
@@ -37,3 +42,5 @@ def test_the_levers_table_pairs_each_arm_with_the_default_and_counts_falls_past_
     assert "| 38% | -0.075 (" in text  # paired with the default, seed by seed
     assert "| lower_objects | oracle frontier | 2 | +0.200 (+0.200 to +0.200) | 100% |" in text
     assert "| first version (128 pairs, line) | 2 | +38% (" in text and "| -38% (" in text
+    assert "| lower_objects | default, two rounds of picks | 1 | +0.100 | 50% | +0.000 |" in text
+    assert "trained model's trees at 0.60, on more of the base model's trees at 0.80" in text

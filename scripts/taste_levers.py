@@ -39,7 +39,7 @@ FIRST_VERSION = ["guard.pairs=128", "guard.search=line", "guard.strength_tries=2
 ARMS: dict[str, tuple[list[str], float | None]] = {
     "first version (128 pairs, line)": (FIRST_VERSION, None),
     "default (512 pairs, bisect)": ([], None),
-    "default + guard.steer": (["guard.steer=true"], None),
+    "default + guard.steer": (["experimental.guard.steer=true"], None),
     "default at picks weight 0.6": ([], 0.6),
     "default, two rounds of picks": ([], None),
 }

@@ -352,7 +352,8 @@ def test_the_shipped_configs_keep_experimental_options_in_their_own_section(caps
         load_config(TrainConfig, path)
     assert capsys.readouterr().err == ""  # no note: nothing in an old place
     default = yaml.safe_load((CONFIGS / "default.yaml").read_text())
-    assert set(default["experimental"]) == {"tree", "mixgrpo", "dancegrpo", "flow_grpo", "branchgrpo", "loss"}
+    assert set(default["experimental"]) == {"tree", "mixgrpo", "dancegrpo", "flow_grpo", "branchgrpo", "loss",
+                                            "guard"}
     assert to_dict(load_config(TrainConfig, CONFIGS / "default.yaml")) == to_dict(TrainConfig())
 
 

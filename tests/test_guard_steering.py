@@ -27,7 +27,7 @@ def test_set_share_moves_the_weight_between_the_taste_and_the_guard_terms() -> N
 
 def test_a_steered_run_records_the_weight_path_and_a_continued_run_replays_it() -> None:
     config = load_config(TrainConfig, None, [*TINY, *ORACLE, "seed=5", "iterations=3", "guard.checkpoints=3",
-                                             "guard.steer=true", "guard.keep=strictly"])
+                                             "experimental.guard.steer=true", "guard.keep=strictly"])
     trainer = Trainer(config)
     pairs = separate_validation_pairs(config, trainer.eval_pairs)
     lines: list[str] = []

@@ -447,8 +447,8 @@ def test_a_resumed_taste_run_redoes_only_the_frontier_when_only_its_strengths_ch
 
     monkeypatch.setattr(bench, "frontier_run", frontier)
     summary = bench.run_taste(replace(budget, seeds=2), "larger_objects", out, log=_quiet_log, resume=True)
-    assert ran == [0, 1] and redone == [(0, 2)]  # seed 0: frontier only, with strengths; seed 1: whole
-    assert summary["complete"] and summary["budget"]["frontier_strengths"] == 2
+    assert ran == [0, 1] and redone == [(0, 4)]  # seed 0: frontier only, with strengths; seed 1: whole
+    assert summary["complete"] and summary["budget"]["frontier_strengths"] == 4
     assert summary["per_seed"][0]["frontier"]["0.3"]["gain"] == 0.2
     assert summary["per_seed"][0]["reward"][3]["taste"] == 0.6  # the method run is kept
     assert not (out / "before_after.png").exists()  # its frontier row showed another point

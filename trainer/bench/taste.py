@@ -166,7 +166,7 @@ def frontier_run(budget: TasteBudget, seed: int, weight: float, taste_name: str,
         else {"function": taste_name}
     config = _config(budget, seed, f"function:{weight:g},scene:{1 - weight:g}", function,
                      [*extra, f"guard.strength_tries={budget.frontier_strengths}", "guard.margin=0",
-                      "guard.search=bisect", f"guard.steer={str(steer).lower()}"])
+                      "guard.search=bisect", f"experimental.guard.steer={str(steer).lower()}"])
     trainer = Trainer(config)
     tracker = guard_trainer(trainer, trainer.eval_pairs, taste="function", log=_quiet, exclude_pairs=False)
     result = tracker.run(0, budget.iterations)

@@ -34,6 +34,7 @@ EXPERIMENTAL_OPTIONS = (
     "tree.antithetic", "tree.noise_pool", "mixgrpo.noise_pool", "dancegrpo.noise_pool",
     "flow_grpo.noise_pool", "branchgrpo.noise_pool",
     "loss.advantage_std", "loss.advantage_baseline", "loss.prm_scale", "loss.step_scale",
+    "guard.steer",  # docs/picks.md, "What each lever gives"
 )
 BaselineLoss = Literal["published", "shared"]
 """``published``: a baseline strategy trains with its own published loss
@@ -288,7 +289,7 @@ class GuardConfig:
     limit and the strength, not the weight, decide how far the result goes. ``steer``: the guard also
     steers training: after each checkpoint a controller (``trainer/guard/controller.py``) sets the picks
     weight of the next iterations from the measured fall, starting from the reward's own weight, so the
-    run ends near the limit whatever the taste (being measured: off by default until it is).
+    run ends near the limit whatever the taste (measured no better than the fixed weight: off).
     """
 
     keep: str | bool = "closely"  # YAML reads a bare ``off`` as false: both mean off

@@ -22,10 +22,11 @@ SCENE_SPREAD = 0.186
 eval seed 12345, 10 Euler steps)."""
 GUARDED_PICKS_WEIGHT = 0.3
 """The weight of the picks against the guard while training under the guard (the node and
-``treerpo bench taste``): high enough that a taste which pulls against the prompt still moves within
-24 iterations (at 0.15 it did not), low enough that prompt-following falls slowly, so that the
-checkpoints within the limit hold more taste (at 0.5 and 0.8 the scene reward fell past the limit
-within 6 to 12 iterations). How it was chosen: docs/picks.md."""
+``treerpo bench taste``). With the strength search (``guard.search: bisect``) the weight matters less than
+it did: the oracle trained at 0.3, 0.5 and 0.8 then scaled back reached similar taste on two tastes of
+three, and the method at 0.6 reached less than at 0.3 (its strengths fell to 0.06-0.19, where the search's
+steps are coarse). At 0.15 a taste against the prompt barely moved. Measured: docs/picks.md, "What each
+lever gives"."""
 SCENE_SCALE_GUARDS = ("scene",)
 """Guards whose words are read on the scene reward's own scale."""
 

@@ -22,6 +22,7 @@ values and is written after every seed, so a stopped run resumes (``--resume``) 
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import tempfile
@@ -103,8 +104,7 @@ class TasteBudget:
 
 
 QUICK = TasteBudget(trees=6, seeds=2, iterations=2, prompts_per_iteration=2, eval_pairs=4,
-                    validation_pairs=4, checkpoints=2, frontier_weights=(0.3, 0.5), at=(3,), rounds=2,
-                    frontier_steer=True)
+                    validation_pairs=4, checkpoints=2, frontier_weights=(0.3, 0.5), at=(3,), rounds=2)
 QUICK_OVERRIDES = ("tree.steps=6", "sampling.eval_steps=3", "lora.rank=4")
 
 
@@ -200,18 +200,12 @@ def person_trees(budget: TasteBudget, seed: int, folder: Path, person: Simulated
     return store, ids
 
 
-def method_run(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[str], taste: Taste,
-               scene: Callable[..., Any], extra: Sequence[str], keep: dict[str, torch.Tensor] | None = None
-               ) -> dict[str, Any]:
-    """The default method on the labelled trees ``ids``: the personal reward, training under the guard
-    (validation pairs only), then the chosen checkpoint measured on the test pairs."""
-    run, _ = _one_round(budget, seed, store, ids, taste, scene, extra)
-    return run
-
-
 def _one_round(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[str], taste: Taste,
                scene: Callable[..., Any], extra: Sequence[str], keep: dict[str, torch.Tensor] | None = None,
                before: dict[str, float] | None = None) -> tuple[dict[str, Any], Any]:
+    """The default method on the labelled trees ``ids``: the personal reward, training under the guard
+    (validation pairs only), then the chosen checkpoint measured on the test pairs; ``before``: the base
+    model's test figures (measured here when not given). Also ``(trainer, fit)``, for a second round."""
     config = _config(budget, seed, "scene", {}, extra)
     fit = fit_picks(store, ids, config.picks.head)
     trainer, result = train_guarded(config, fit, budget.picks_weight, _quiet)
@@ -239,7 +233,7 @@ def two_rounds(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[s
     first = list(ids[: n // 2])
     run1, (trainer, fit1) = _one_round(budget, seed, store, first, taste, scene, extra, before=before)
     count = n - len(first)
-    prompts = [store.meta(t).prompt for t in (first * (count // max(1, len(first)) + 1))[:count]]
+    prompts = [store.meta(t).prompt for t in itertools.islice(itertools.cycle(first), count)]
     config = trainer.config
     second = second_round_trees(trainer, store, prompts, _seeds(seed + 555 + n, count),
                                 first_plan(config, trainer.policy), person,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..utils.atomic import atomic_write_text
+from .taste import frontier_name
 
 MARK = "<!-- bench taste{key}: {edge} -->"
 SECTION = "every taste"
@@ -107,7 +108,7 @@ def frontier_points(summary: dict[str, Any]) -> str:
         best = max(seed["frontier"].values(), key=lambda r: r["gain"])
         strength = best.get("strength", 1.0)
         at = f"{best['iteration']}" + (f"@{strength:g}" if strength != 1.0 else "")
-        weight = best["weight"] if isinstance(best["weight"], str) else f"{best['weight']:g}"
+        weight = frontier_name(best["weight"])
         out.append("none within the limit" if best["gain"] <= 0 else f"{weight} at {at}")
     return ", ".join(out)
 

@@ -486,3 +486,25 @@ def test_the_taste_summary_counts_runs_past_the_limit_and_reads_the_second_round
     assert row["rounds"]["first_round_taste_gain"]["mean"] == pytest.approx(0.05)
     text = format_summary(summary)
     assert "past it in 1 of 3 runs" in text and "0.60 on the trained model's trees, 0.80 on the base" in text
+
+
+def test_a_taste_run_records_its_code_and_refuses_to_resume_across_a_code_change(
+        tmp_path: Path, monkeypatch) -> None:
+    """Every seed records the code version that ran it; a resume under other code (a changed file of the
+    code that trains or samples) is refused in one line, and the stored seeds are left as they were."""
+    from dynamic_treerpo.trainer.bench import provenance
+    from dynamic_treerpo.trainer.bench import taste as bench
+
+    budget = replace(bench.QUICK, seeds=1, trees=3, at=(), frontier_weights=(0.3,), frontier_steer=False,
+                     rounds=1)
+    monkeypatch.setattr(bench, "run_seed", lambda b, seed, *a, **k: _fake_seed(seed, 0.1))
+    out = tmp_path / "larger_objects"
+    summary = bench.run_taste(budget, "larger_objects", out, log=_quiet_log)
+    assert [v["code"] for v in summary["code"]] == [provenance.code_fingerprint()]
+    assert summary["per_seed"][0]["code"]["code"] == provenance.code_fingerprint()
+    before = (out / "taste.json").read_text()
+    other = {**provenance.provenance(), "code": "0123456789abcdef"}
+    monkeypatch.setattr(bench, "provenance", lambda: other)
+    with pytest.raises(ValueError, match="made by other code .*one code version") as refused:
+        bench.run_taste(replace(budget, seeds=2), "larger_objects", out, log=_quiet_log, resume=True)
+    assert "\n" not in str(refused.value) and (out / "taste.json").read_text() == before

@@ -47,6 +47,7 @@ from ..training.loop import Trainer
 from ..training.plans import iteration_plan, iteration_seeds
 from ..utils.atomic import atomic_write_text
 from .person import SimulatedPerson, Taste, load_taste
+from .provenance import check_resume, provenance, versions
 from .taste_method import (
     fit_picks,
     label_trees,
@@ -116,6 +117,7 @@ class SeedResult:
     oracle: dict[str, float] = field(default_factory=dict)  # the frontier's best point: taste, scene
     frontier: dict[str, dict[str, Any]] = field(default_factory=dict)  # weight -> best point and trail
     reward: dict[int, dict[str, Any]] = field(default_factory=dict)  # trees -> taste, scene, chosen, ...
+    code: dict[str, Any] | None = None  # the code version that ran this seed (provenance.provenance)
 
 
 def _config(budget: TasteBudget, seed: int, reward: str, weights: dict[str, str], extra: Sequence[str]
@@ -406,8 +408,9 @@ def run_taste(budget: TasteBudget, taste: str, out: Path, extra: Sequence[str] =
               log: Callable[[str], None] = print, command: str = "", resume: bool = False) -> dict[str, Any]:
     """Every seed of one taste into ``out/taste.json`` (written after each seed); with ``resume``, the
     seeds already there are kept (their frontier redone if only ``frontier_strengths`` changed) and the
-    rest run (the same budget otherwise)."""
+    rest run (the same budget and the same code otherwise)."""
     out.mkdir(parents=True, exist_ok=True)
+    code = provenance()
     path = out / "taste.json"
     done: list[SeedResult] = []
     previous = _load(path) if resume else None
@@ -416,6 +419,7 @@ def run_taste(budget: TasteBudget, taste: str, out: Path, extra: Sequence[str] =
         if _per_seed(_stored_budget(previous)) != _per_seed(json.loads(json.dumps(asdict(budget)))):
             raise ValueError(f"{path} was made with another budget: run without --resume into another --out")
         done = seed_results(previous)
+        check_resume([r.code for r in done], code, path)
         if _redo_frontier(budget, done, previous, taste, extra, log, out / "before_after.png"):
             _write(path, done, budget, taste, command, wanted)
     with tempfile.TemporaryDirectory(dir=out) as work:
@@ -423,7 +427,9 @@ def run_taste(budget: TasteBudget, taste: str, out: Path, extra: Sequence[str] =
             if any(r.seed == seed for r in done):
                 continue
             grid = out / "before_after.png" if seed == wanted[0] else None
-            done.append(run_seed(budget, seed, taste, Path(work), extra, log, grid))
+            result = run_seed(budget, seed, taste, Path(work), extra, log, grid)
+            result.code = code
+            done.append(result)
             _write(path, done, budget, taste, command, wanted)
     return reload(out)
 
@@ -435,6 +441,7 @@ def _write(path: Path, done: list[SeedResult], budget: TasteBudget, taste: str, 
     summary = summarise(done, budget, taste)
     summary["per_seed"] = [asdict(r) for r in done]
     summary["command"] = command
+    summary["code"] = versions(r.code for r in done)
     summary["complete"] = all(any(r.seed == s for r in done) for s in wanted)
     atomic_write_text(path, json.dumps(summary, indent=1) + "\n")
 
@@ -450,5 +457,6 @@ def reload(out: Path) -> dict[str, Any]:
     summary = summarise(results, budget, data["taste"])
     summary["per_seed"] = [asdict(r) for r in results]
     summary["command"] = data.get("command", "")
+    summary["code"] = versions(r.code for r in results)
     summary["complete"] = data.get("complete", True)
     return summary

@@ -122,6 +122,23 @@ def _commands(summaries: Sequence[dict[str, Any]], command: str) -> list[str]:
     return runs if repeats else [*runs, command]
 
 
+def code_line(summaries: Sequence[dict[str, Any]]) -> str:
+    """Which code version made the figures: one commit for a published run, else every version named."""
+    found = [v for s in summaries for v in s.get("code", [])]
+    unique = list({v["code"]: v for v in found}.values())
+    if not unique:
+        return "These runs recorded no code version (made before 0.3.1)."
+
+    def name(v: dict[str, Any]) -> str:
+        commit = (v.get("commit") or "an unknown commit")[:12]
+        dirty = " with uncommitted changes" if v.get("dirty") else ""
+        return f"`{commit}`{dirty} (code {v['code']})"
+
+    if len(unique) == 1:
+        return f"Made at one code version: {name(unique[0])}."
+    return "Made by **more than one code version**: " + ", ".join(map(name, unique)) + "."
+
+
 def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: str) -> str:
     """The section: what was run, the table of every taste, the choices, the grid."""
     first = summaries[0]
@@ -138,6 +155,8 @@ def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: st
         "```bash",
         *_commands(summaries, command),
         "```",
+        "",
+        code_line(summaries),
         "",
         "A scripted person with a hidden taste that no shipped reward measures labels trees of 8 leaves "
         f"of the embedded model: likes {b['likes']}, dislikes {b['dislikes']}, {b['mistakes']:.0%} of its "

@@ -1,0 +1,89 @@
+"""Which code made a benchmark's figures, so that a published run comes from one code version.
+
+A long benchmark runs in parts (``--resume``). Each part records the fingerprint of the code that trains,
+samples and scores (every file of ``trainer/`` but the modules that only print or plot), with the git
+commit and whether the checkout had uncommitted changes there. A resume whose code differs from the stored
+parts' is refused: the figures would mix two versions of the draws. The fingerprint is of the files'
+contents, so it needs no git (an installed package) and a commit that changes only docs, tests or the
+pages keeps it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+PACKAGE = Path(__file__).resolve().parents[1]
+
+PRESENTATION = frozenset({
+    "bench/page.py", "bench/report.py", "bench/results.py", "bench/taste_page.py", "bench/taste_summary.py",
+    "bench/stats.py", "bench/claims.py", "bench/provenance.py", "guard/figures.py",
+})
+"""Modules (relative to ``trainer/``) that only summarise, test or draw stored figures: changing them
+changes no draw, and a stored run is re-summarised with the current version anyway."""
+
+
+def code_files(package: Path = PACKAGE) -> list[Path]:
+    """The files whose contents decide a benchmark's draws, in a fixed order."""
+    files = []
+    for path in sorted(package.rglob("*")):
+        rel = path.relative_to(package).as_posix()
+        cached = "__pycache__" in rel or rel.endswith(".pyc")
+        if path.is_file() and not cached and rel not in PRESENTATION:
+            files.append(path)
+    return files
+
+
+def code_fingerprint(package: Path = PACKAGE) -> str:
+    """A short hash of the names and contents of :func:`code_files`."""
+    digest = hashlib.sha256()
+    for path in code_files(package):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def provenance(package: Path = PACKAGE) -> dict[str, Any]:
+    """The code fingerprint, the commit (None outside a git checkout) and whether ``trainer/`` had
+    uncommitted changes (None when unknown), and the installed release (None when not installed)."""
+    from ..compat.versions import installed_version
+
+    commit = _git(["rev-parse", "HEAD"], package)
+    status = _git(["status", "--porcelain", "--untracked-files=no", "--", "."], package) if commit else None
+    dirty = None if status is None else bool(status)
+    return {"code": code_fingerprint(package), "commit": commit, "dirty": dirty,
+            "version": installed_version("dynamic-treerpo")}
+
+
+def check_resume(stored: Iterable[Mapping[str, Any] | None], current: Mapping[str, Any], path: Path) -> None:
+    """Refuse (one line) to add parts to ``path`` unless every stored part ran the current code."""
+    for part in stored:
+        if part is None or "code" not in part:
+            raise ValueError(f"{path} has parts that recorded no code version: run without --resume into "
+                             "another --out")
+        if part["code"] != current["code"]:
+            made = part.get("commit") or "an unknown commit"
+            raise ValueError(f"{path} was made by other code ({made[:12]}, code {part['code']}; this is code "
+                             f"{current['code']}): a published run comes from one code version, so run "
+                             "without --resume into another --out, or resume at that commit")
+
+
+def versions(stored: Iterable[Mapping[str, Any] | None]) -> list[dict[str, Any]]:
+    """The distinct code versions of a run's parts (one for a run made at one version)."""
+    out: list[dict[str, Any]] = []
+    for part in stored:
+        if part is not None and dict(part) not in out:
+            out.append(dict(part))
+    return out

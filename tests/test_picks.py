@@ -505,6 +505,63 @@ def test_a_taste_run_records_its_code_and_refuses_to_resume_across_a_code_change
     before = (out / "taste.json").read_text()
     other = {**provenance.provenance(), "code": "0123456789abcdef"}
     monkeypatch.setattr(bench, "provenance", lambda: other)
-    with pytest.raises(ValueError, match="made by other code .*one code version") as refused:
+    with pytest.raises(ValueError, match=r"made by other code .*one code version") as refused:
         bench.run_taste(replace(budget, seeds=2), "larger_objects", out, log=_quiet_log, resume=True)
     assert "\n" not in str(refused.value) and (out / "taste.json").read_text() == before
+
+
+def test_an_ablation_takes_the_frontier_of_a_run_of_the_same_code_and_budget(
+        tmp_path: Path, monkeypatch) -> None:
+    """``--frontier-from``: each seed gets the stored frontier of that seed (not trained again) when the
+    source ran the same code, frontier budget and frontier-read options; otherwise one-line refusals."""
+    from dynamic_treerpo.trainer.bench import taste as bench
+
+    budget = replace(bench.QUICK, seeds=2, trees=3, at=(), frontier_weights=(0.3,), frontier_steer=False,
+                     rounds=1)
+    given: dict[int, object] = {}
+
+    def seed_run(b, seed, taste, folder, extra, log, grid=None, frontier=None):
+        given[seed] = frontier
+        return _fake_seed(seed, 0.1 + seed)
+
+    monkeypatch.setattr(bench, "run_seed", seed_run)
+    source = tmp_path / "main" / "larger_objects"
+    bench.run_taste(budget, "larger_objects", source, ["lora.rank=4"], log=_quiet_log)
+    assert given == {0: None, 1: None}
+    ablation = replace(budget, seeds=3, mistakes=0.0, rounds=1)
+    extra = ["lora.rank=4", "guard.pairs=128", "guard.search=line"]  # options the frontier does not read
+    bench.run_taste(ablation, "larger_objects", tmp_path / "clean" / "larger_objects", extra, log=_quiet_log,
+                    frontier_from=source / "taste.json")
+    assert given[0]["0.3"]["gain"] == 0.1 and given[1]["0.3"]["gain"] == 1.1 and given[2] is None
+    with pytest.raises(ValueError, match="trained its frontier with another budget"):
+        bench.run_taste(replace(ablation, lr=0.001), "larger_objects", tmp_path / "x", extra,
+                        log=_quiet_log, frontier_from=source / "taste.json")
+    with pytest.raises(ValueError, match="other --set options that its frontier reads"):
+        bench.run_taste(ablation, "larger_objects", tmp_path / "y", ["lora.rank=8"], log=_quiet_log,
+                        frontier_from=source / "taste.json")
+    with pytest.raises(ValueError, match="does not exist"):
+        bench.run_taste(ablation, "larger_objects", tmp_path / "z", extra, log=_quiet_log,
+                        frontier_from=tmp_path / "none" / "taste.json")
+
+
+def test_a_one_round_taste_run_measures_its_reward_on_the_trained_models_trees(tmp_path: Path) -> None:
+    """At every tree count, the chosen model samples trees that the person labels, and the personal
+    reward's pair accuracy on them is reported beside its accuracy on base trees; the run records the
+    options it was given and its code version, and the page names that version."""
+    from dynamic_treerpo.trainer.bench.provenance import code_fingerprint
+
+    page = tmp_path / "results.md"
+    page.write_text("# Results\n")
+    out = subprocess.run([*TREERPO, "bench", "taste", "--quick", "--rounds", "1", "--seeds", "1", "--tastes",
+                          "larger_objects", "--out", str(tmp_path / "runs"), "--docs", str(page)],
+                         capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads((tmp_path / "runs" / "larger_objects" / "taste.json").read_text())
+    for n in ("3", "6"):
+        check = summary["per_seed"][0]["reward"][n]["on_policy"]
+        assert check["trees"] == int(n) and 0.0 <= check["accuracy"] <= 1.0  # min(8, n) trees
+        assert summary["by_trees"][n]["on_policy_pair_accuracy"] == pytest.approx(check["accuracy"])
+    assert "on the trained model's" in out.stdout
+    assert summary["extra"] == ["tree.steps=6", "sampling.eval_steps=3", "lora.rank=4"]
+    assert [v["code"] for v in summary["code"]] == [code_fingerprint()]
+    assert f"(code {code_fingerprint()})" in page.read_text()

@@ -284,10 +284,12 @@ def guard_shown(tools, view: str, node_id: int, sent: dict, shot: Path | None = 
     names = [image["filename"] for image in sent["images"]]
     assert len(names) == 2, sent  # the trade plot and the before/after grid
     tools.evaluate(f"({UI.FIT_VIEW})([{node_id}], 1.0)")  # the canvas loads a node's images as it draws it
+    # the guard's line, and under it which picks the run learned from (Train LoRA from Picks)
+    expected = "\n".join([sent["treerpo_guard"][0], *sent.get("treerpo_picks", [])[:1]])
 
     def ready(state: dict) -> bool:
         srcs = [image["src"] for image in state["images"] if image["loaded"]]
-        return state["line"] == sent["treerpo_guard"][0] and any(names[0] in src for src in srcs) and (
+        return state["line"] == expected and any(names[0] in src for src in srcs) and (
             view == "nodes2" or all(any(name in src for src in srcs) for name in names))
 
     state = wait_for(tools, f"({GUARD})({node_id})", ready, timeout=30)
@@ -481,7 +483,9 @@ def test_pick_leaves_on_the_node_then_train_from_the_picks(page, tmp_path: Path,
     assert "iteration 1 at strength 0.5, as asked" in sent["treerpo_guard"][0], sent
     chosen = guard_shown(tools, view, CHOOSE_ID, sent)
     UI.save_screenshot(tools, shots, "guard_choose_node_round_1_half", nodes=[CHOOSE_ID])
-    assert guard_shown(tools, view, TRAIN_ID, trained)["line"] == trained["treerpo_guard"][0]  # kept
+    kept = guard_shown(tools, view, TRAIN_ID, trained)["line"]
+    # kept, and under it which picks the run learned from
+    assert kept == f"{trained['treerpo_guard'][0]}\nlearned from 3 labelled trees", kept
 
     # 8. a line saying that the base model was returned shows in red: its words as nodes/checkpoints.py sends
     # them, given to Choose Checkpoint as the server's executed message (a run of its own would train again)

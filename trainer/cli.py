@@ -223,6 +223,10 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", type=Path, default=Path("runs/taste"), help="where <taste>/taste.json go")
     t.add_argument("--resume", action="store_true",
                    help="keep the seeds already in --out and run the rest (the same budget only)")
+    t.add_argument("--frontier-from", type=Path, default=None, metavar="DIR",
+                   help="take each seed's oracle frontier from DIR/<taste>/taste.json (a run of the same "
+                        "code and budget) instead of training it again: an ablation of the method on the "
+                        "same seeds")
     t.add_argument("--docs", type=Path, default=None,
                    help="also write the figures as a section of this page (e.g. docs/results.md)")
     t.add_argument("--report", action="store_true",
@@ -342,7 +346,9 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
             changes["at"] = tuple(int(n) for n in args.at.split(","))
         budget = replace(budget, **changes)
         extra = [*(QUICK_OVERRIDES if args.quick else ()), *args.overrides]
-        summaries = [run_taste(budget, taste, out, extra, command=command, resume=args.resume)
+        summaries = [run_taste(budget, taste, out, extra, command=command, resume=args.resume,
+                               frontier_from=args.frontier_from / out.name / "taste.json"
+                               if args.frontier_from else None)
                      for taste, out in zip(tastes, outs, strict=True)]
     for summary, out in zip(summaries, outs, strict=True):
         print(format_summary(summary))
@@ -365,6 +371,8 @@ def _taste_command(args: argparse.Namespace) -> str:
         parts += ["--set", override]
     if args.out != Path("runs/taste"):
         parts += ["--out", str(args.out)]
+    if getattr(args, "frontier_from", None) is not None:
+        parts += ["--frontier-from", str(args.frontier_from)]
     parts += ["--resume"] * args.resume + ["--report"] * args.report
     parts += ["--docs", str(args.docs)] * (args.docs is not None)
     return " ".join(shlex.quote(p) for p in parts)

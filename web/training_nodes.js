@@ -24,7 +24,9 @@
 // was returned; it stays until the node runs again (a cached node's output comes again with the next run).
 // The progress text that said the same is dropped: the classic view's text widget is removed (as the
 // frontend itself removes it; the next progress text adds it again), and in Nodes 2.0 the pack's own
-// progress line is emptied.
+// progress line is emptied. Under it TreeRPO Train LoRA from Picks says which picks the run learned from
+// (the ui key "treerpo_picks": "learned from 50 labelled trees (25 of them sampled by a trained model)"),
+// so that after a second round of picks the node shows that the new picks were used.
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 
@@ -34,6 +36,7 @@ const GUARD_NODES = new Set(["TreeRPOTrainFromPicks", "TreeRPOChooseCheckpoint"]
 const WIDGET_NAME = "treerpo_progress_text";
 const GUARD_WIDGET = "treerpo_guard_line";
 const GUARD_KEY = "treerpo_guard";  // the ui key of the guard's line (nodes/checkpoints.py, GUARD_TEXT)
+const PICKS_KEY = "treerpo_picks";  // which picks a guarded run learned from (nodes/checkpoints.py, PICKS_TEXT)
 const TEXT_PREVIEW = "$$node-text-preview";  // the frontend's progress text widget (classic view)
 const IMAGE_PREVIEW = "$$canvas-image-preview";  // the frontend's image preview widget (classic view)
 const BASE_RETURNED = /base model is returned unchanged/;  // the guard gave back the model it was given
@@ -102,6 +105,7 @@ function addGuardLine(node) {
   line.className = "treerpo-guard-line";
   Object.assign(line.style, { display: "none", boxSizing: "border-box", padding: "3px 6px", color: "#d1d5db",
                               font: "12px/16px sans-serif", overflowWrap: "anywhere", contain: "inline-size",
+                              whiteSpace: "pre-line",
                               borderLeft: "3px solid #60a5fa", background: "rgba(96, 165, 250, 0.08)" });
   const widget = node.addDOMWidget(GUARD_WIDGET, "treerpo.guard_line", line, {
     serialize: false, hideOnZoom: false, margin: GUARD_MARGIN,
@@ -111,13 +115,15 @@ function addGuardLine(node) {
   widget.options.serialize = false;
 }
 
-/** Show the guard's ``text`` on the node (empty: none), red when the base model was returned. */
-function showGuard(node, text) {
+/** Show the guard's ``text`` on the node (empty: none), red when the base model was returned, with
+ * ``picks`` (which picks the run learned from) on a line of its own under it. */
+function showGuard(node, text, picks = "") {
   const line = guardOf(node)?.element;
-  if (!line || line.textContent === (text ?? "")) return;
+  const shown = text ? [text, picks].filter(Boolean).join("\n") : "";
+  if (!line || line.textContent === shown) return;
   const base = BASE_RETURNED.test(text ?? "");
-  line.textContent = text ?? "";
-  line.title = text ?? "";
+  line.textContent = shown;
+  line.title = shown;
   line.classList.toggle("base", base);
   Object.assign(line.style, { display: text ? "" : "none", color: base ? "#fca5a5" : "#d1d5db",
                               borderLeftColor: base ? "#f87171" : "#60a5fa",
@@ -233,7 +239,9 @@ app.registerExtension({
       nodeType.prototype.onExecuted = function (output) {
         showImages(this, output);  // before the frontend draws the node with its new output
         const result = onExecuted?.apply(this, arguments);
-        if (GUARD_NODES.has(nodeData.name)) showGuard(this, output?.[GUARD_KEY]?.[0] ?? "");
+        if (GUARD_NODES.has(nodeData.name)) {
+          showGuard(this, output?.[GUARD_KEY]?.[0] ?? "", output?.[PICKS_KEY]?.[0] ?? "");
+        }
         return result;
       };
       const onDrawForeground = nodeType.prototype.onDrawForeground;

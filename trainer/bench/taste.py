@@ -252,10 +252,31 @@ def two_rounds(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[s
          "first_reward_accuracy": on_policy, "first_reward_accuracy_on_base_trees": base_accuracy}]}
 
 
+ON_POLICY_TREES = 8
+"""Trees the chosen model samples after a one-round run, labelled by the person, on which the personal
+reward's pair accuracy is measured: does the reward still order what training moved to?"""
+
+
+def on_policy_check(budget: TasteBudget, seed: int, n: int, trainer: Trainer, fit: Any, store: PickStore,
+                    ids: Sequence[str], person: SimulatedPerson) -> dict[str, Any]:
+    """The personal reward's pair accuracy on ``ON_POLICY_TREES`` trees of the chosen model (the prompts of
+    the person's first trees, other seeds), beside its held-out accuracy on base-model trees. The trees go
+    to the store after the method ran, so they change none of its figures."""
+    count = min(ON_POLICY_TREES, len(ids))
+    prompts = [store.meta(t).prompt for t in itertools.islice(itertools.cycle(ids), count)]
+    trees = second_round_trees(trainer, store, prompts, _seeds(seed + 777 + n, count),
+                               first_plan(trainer.config, trainer.policy), person,
+                               random.Random(seed * 7919 + 5 * n + 11))
+    return {"trees": count, "accuracy": on_policy_accuracy(fit, store, trees)}
+
+
 def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extra: Sequence[str],
-             log: Callable[[str], None], grid: Path | None = None) -> SeedResult:
+             log: Callable[[str], None], grid: Path | None = None,
+             frontier: dict[str, dict[str, Any]] | None = None) -> SeedResult:
     """One seed: the frontier, the person's trees, and the method at each tree count; ``grid``: write the
-    test images before, from the picks and with the frontier's best there."""
+    test images before, from the picks and with the frontier's best there. ``frontier``: this seed's
+    frontier from another run of the same code and budget (``--frontier-from``), not trained again (the
+    grid then has no frontier row)."""
     name, taste = load_taste(taste_spec)
     scene = get_reward("scene")
     keep: dict[str, torch.Tensor] | None = {} if grid is not None else None
@@ -265,7 +286,13 @@ def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extr
         keep["before"] = grid_images(probe)
     del probe
     result = SeedResult(seed, before["taste"], before["scene"])
-    best = frontier_runs(budget, result, taste_spec, extra, log, keep)
+    if frontier is not None:
+        result.frontier = frontier
+        best = best_frontier(result)
+        result.oracle = {"taste": best["taste"], "scene": best["scene"], "weight": best["weight"]}
+        log(f"{name} seed {seed}: the frontier of --frontier-from, taste {best['gain']:+.4f}")
+    else:
+        best = frontier_runs(budget, result, taste_spec, extra, log, keep)
     if keep is not None:  # one frontier row in the grid: the best weight's
         best_row = f"frontier {frontier_name(best['weight'])}"
         keep = {k: v for k, v in keep.items() if not k.startswith("frontier") or k == best_row}
@@ -276,7 +303,9 @@ def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extr
         if budget.rounds == 2:
             run = two_rounds(budget, seed, store, ids, n, taste, scene, extra, person, before, shown)
         else:
-            run, _ = _one_round(budget, seed, store, ids[:n], taste, scene, extra, shown, before)
+            run, (trainer, fit) = _one_round(budget, seed, store, ids[:n], taste, scene, extra, shown, before)
+            run["on_policy"] = on_policy_check(budget, seed, n, trainer, fit, store, ids[:n], person)
+            del trainer
         result.reward[n] = run
         log(f"{name} seed {seed}, {n} trees: held-out pair accuracy {run['accuracy']:.3f}; taste "
             f"{run['taste'] - before['taste']:+.4f}, scene {run['scene'] - before['scene']:+.4f}; "
@@ -404,14 +433,52 @@ def _best_point(result: SeedResult) -> tuple[Any, ...]:
     return best["weight"], best["iteration"], best.get("strength", 1.0)
 
 
+FRONTIER_BLIND = ("guard.pairs", "guard.search", "guard.strength_tries", "guard.margin", "guard.steer",
+                  "experimental.guard.steer")
+"""Options (``--set``) the frontier sets itself or never reads: a run that differs from another only in
+these (and in the person, the rounds or the tree counts) may take that run's frontier."""
+_NOT_FRONTIER = ("seeds", "trees", "at", "rounds", "mistakes", "likes", "dislikes", "margin", "modes",
+                 "first_seed")
+
+
+def _frontier_keys(budget: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in budget.items() if k not in _NOT_FRONTIER}
+
+
+def _frontier_extra(extra: Sequence[str]) -> list[str]:
+    return [e for e in extra if e.partition("=")[0].strip() not in FRONTIER_BLIND]
+
+
+def borrowed_frontiers(source: Path, budget: TasteBudget, extra: Sequence[str], code: dict[str, Any]
+                       ) -> dict[int, dict[str, dict[str, Any]]]:
+    """Per seed, the frontier stored in ``source`` (a ``taste.json``), refused in one line unless that run
+    had the same code, the same frontier budget and the same options the frontier reads."""
+    data = _load(source)
+    if data is None:
+        raise ValueError(f"--frontier-from: {source} does not exist")
+    results = seed_results(data)
+    check_resume([r.code for r in results], code, source)
+    mine = _frontier_keys(json.loads(json.dumps(asdict(budget))))
+    if _frontier_keys(_stored_budget(data)) != mine:
+        raise ValueError(f"--frontier-from: {source} trained its frontier with another budget")
+    if _frontier_extra(data.get("extra", [])) != _frontier_extra(extra):
+        raise ValueError(f"--frontier-from: {source} ran with other --set options that its frontier reads "
+                         f"({_frontier_extra(data.get('extra', []))})")
+    return {r.seed: r.frontier for r in results}
+
+
 def run_taste(budget: TasteBudget, taste: str, out: Path, extra: Sequence[str] = (),
-              log: Callable[[str], None] = print, command: str = "", resume: bool = False) -> dict[str, Any]:
+              log: Callable[[str], None] = print, command: str = "", resume: bool = False,
+              frontier_from: Path | None = None) -> dict[str, Any]:
     """Every seed of one taste into ``out/taste.json`` (written after each seed); with ``resume``, the
     seeds already there are kept (their frontier redone if only ``frontier_strengths`` changed) and the
-    rest run (the same budget and the same code otherwise)."""
+    rest run (the same budget and the same code otherwise). ``frontier_from``: another run's
+    ``taste.json`` whose frontier the seeds take instead of training it again (an ablation of the method,
+    on the same seeds)."""
     out.mkdir(parents=True, exist_ok=True)
-    code = provenance()
     path = out / "taste.json"
+    code = provenance()
+    borrowed = borrowed_frontiers(frontier_from, budget, extra, code) if frontier_from else {}
     done: list[SeedResult] = []
     previous = _load(path) if resume else None
     wanted = [budget.first_seed + k for k in range(budget.seeds)]
@@ -421,26 +488,27 @@ def run_taste(budget: TasteBudget, taste: str, out: Path, extra: Sequence[str] =
         done = seed_results(previous)
         check_resume([r.code for r in done], code, path)
         if _redo_frontier(budget, done, previous, taste, extra, log, out / "before_after.png"):
-            _write(path, done, budget, taste, command, wanted)
+            _write(path, done, budget, taste, command, wanted, extra)
     with tempfile.TemporaryDirectory(dir=out) as work:
         for seed in wanted:
             if any(r.seed == seed for r in done):
                 continue
             grid = out / "before_after.png" if seed == wanted[0] else None
-            result = run_seed(budget, seed, taste, Path(work), extra, log, grid)
+            result = run_seed(budget, seed, taste, Path(work), extra, log, grid, borrowed.get(seed))
             result.code = code
             done.append(result)
-            _write(path, done, budget, taste, command, wanted)
+            _write(path, done, budget, taste, command, wanted, extra)
     return reload(out)
 
 
 def _write(path: Path, done: list[SeedResult], budget: TasteBudget, taste: str, command: str,
-           wanted: Sequence[int]) -> None:
+           wanted: Sequence[int], extra: Sequence[str] = ()) -> None:
     from .taste_summary import summarise
 
     summary = summarise(done, budget, taste)
     summary["per_seed"] = [asdict(r) for r in done]
     summary["command"] = command
+    summary["extra"] = list(extra)
     summary["code"] = versions(r.code for r in done)
     summary["complete"] = all(any(r.seed == s for r in done) for s in wanted)
     atomic_write_text(path, json.dumps(summary, indent=1) + "\n")
@@ -457,6 +525,7 @@ def reload(out: Path) -> dict[str, Any]:
     summary = summarise(results, budget, data["taste"])
     summary["per_seed"] = [asdict(r) for r in results]
     summary["command"] = data.get("command", "")
+    summary["extra"] = data.get("extra", [])
     summary["code"] = versions(r.code for r in results)
     summary["complete"] = data.get("complete", True)
     return summary

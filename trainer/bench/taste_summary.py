@@ -91,6 +91,9 @@ def by_trees(results: Sequence[Any], n: int) -> dict[str, Any]:
         "share_of_frontier": share, "guard_change": estimate(guard), "guard_limit": limit,
         "held_out_pair_accuracy": statistics.fmean(r.reward[n]["accuracy"] for r in results),
         "chosen": [{"seed": r.seed, **r.reward[n]["chosen"]} for r in results]}
+    if all("on_policy" in r.reward[n] for r in results):
+        row["on_policy_pair_accuracy"] = statistics.fmean(r.reward[n]["on_policy"]["accuracy"]
+                                                          for r in results)
     if all("test_taste" in r.reward[n]["points"][0] for r in results):
         row["margins"] = sensitivity(results, n, frontier)
     target = target_for(n)
@@ -178,6 +181,8 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f"frontier; prompt-following {_pm(row['guard_change'])} (limit -{row['guard_limit']:.3f}: "
                 f"{row['guard_held']['reading']}; past it in {row['past_limit']['runs']} of "
                 f"{row['past_limit']['of']} runs); pair accuracy {row['held_out_pair_accuracy']:.2f}")
+        if "on_policy_pair_accuracy" in row:
+            text += f" on base trees, {row['on_policy_pair_accuracy']:.2f} on the trained model's"
         if "rounds" in row:
             r = row["rounds"]
             text += (f"; round 1 on {r['first_trees']} trees: taste {_pm(r['first_round_taste_gain'])}, its "

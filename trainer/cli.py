@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .bench.nfe import PAPER_TREE, format_table, nfe_table, strategy_configs
 from .compat.versions import check_versions
@@ -227,6 +228,10 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                    help="take each seed's oracle frontier from DIR/<taste>/taste.json (a run of the same "
                         "code and budget) instead of training it again: an ablation of the method on the "
                         "same seeds")
+    t.add_argument("--arm", dest="arms", action="append", default=[], metavar="NAME=DIR",
+                   help="with --report: an ablation arm, a run of the same tastes and seeds with one lever "
+                        "changed (DIR/<taste>/taste.json), compared with --out's run paired per seed (repeat "
+                        "for more arms; the one run with --mistakes 0 also fills the decomposition)")
     t.add_argument("--docs", type=Path, default=None,
                    help="also write the figures as a section of this page (e.g. docs/results.md)")
     t.add_argument("--report", action="store_true",
@@ -328,7 +333,7 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from .bench.taste import QUICK, QUICK_OVERRIDES, QUICK_TASTES, TASTE_SET, TasteBudget, reload, run_taste
-    from .bench.taste_page import write_docs
+    from .bench.taste_page import overall_lines, write_docs
     from .bench.taste_summary import format_summary
 
     default = QUICK_TASTES if args.quick else TASTE_SET
@@ -353,9 +358,28 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
     for summary, out in zip(summaries, outs, strict=True):
         print(format_summary(summary))
         print(f"written: {out / 'taste.json'}")
+    arms = _taste_arms(args.arms, [out.name for out in outs])
+    for line in overall_lines(summaries, arms):
+        print(line)
     if args.docs:
-        print(f"written: {write_docs(summaries, outs, args.docs, command)}")
+        print(f"written: {write_docs(summaries, outs, args.docs, command, arms)}")
     return 0
+
+
+def _taste_arms(specs: list[str], tastes: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """``NAME=DIR`` arms: each one's summaries of the tastes it ran (a missing taste is left out)."""
+    from .bench.taste import reload
+
+    arms: dict[str, list[dict[str, Any]]] = {}
+    for spec in specs:
+        name, sep, folder = spec.partition("=")
+        if not sep or not name.strip() or not folder.strip():
+            raise ValueError(f"--arm {spec!r}: expected NAME=DIR")
+        found = [reload(Path(folder) / t) for t in tastes if (Path(folder) / t / "taste.json").is_file()]
+        if not found:
+            raise ValueError(f"--arm {spec!r}: no <taste>/taste.json of these tastes in {folder}")
+        arms[name.strip()] = found
+    return arms
 
 
 def _taste_command(args: argparse.Namespace) -> str:
@@ -369,6 +393,8 @@ def _taste_command(args: argparse.Namespace) -> str:
     parts += ["--quick"] * args.quick
     for override in args.overrides:
         parts += ["--set", override]
+    for arm in getattr(args, "arms", []):
+        parts += ["--arm", arm]
     if args.out != Path("runs/taste"):
         parts += ["--out", str(args.out)]
     if getattr(args, "frontier_from", None) is not None:

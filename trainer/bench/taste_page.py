@@ -15,6 +15,14 @@ from typing import Any
 
 from ..utils.atomic import atomic_write_text
 from .taste import frontier_name
+from .taste_ablation import (
+    arm_lines,
+    arm_row,
+    decomposition,
+    decomposition_lines,
+    pooled_share,
+    risk_count,
+)
 
 MARK = "<!-- bench taste{key}: {edge} -->"
 SECTION = "every taste"
@@ -139,8 +147,46 @@ def code_line(summaries: Sequence[dict[str, Any]]) -> str:
     return "Made by **more than one code version**: " + ", ".join(map(name, unique)) + "."
 
 
-def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: str) -> str:
-    """The section: what was run, the table of every taste, the choices, the grid."""
+ABLATION_TREES = "50"
+"""The labelled-tree count of the ablation and the decomposition (the issue's main target)."""
+
+
+def overall_lines(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Every taste and seed pooled: the share of the frontier per tree count, the risk count, the
+    decomposition at 50 trees and the ablation table (``arms``: name -> the arm's summaries)."""
+    counts = list(summaries[0]["by_trees"])
+    pooled = [(n, pooled_share(summaries, n)) for n in counts]
+    risk = risk_count(summaries)
+    lines = ["", "Over every taste and seed, each run's gain as a share of its own frontier: " + "; ".join(
+        f"{n} trees {e['mean']:.0%}" + (f" ({e['mean'] - e['ci95']:.0%} to {e['mean'] + e['ci95']:.0%}, "
+                                         f"{e['n']} runs)" if math.isfinite(e["ci95"]) else "")
+        for n, e in pooled) + ". Runs whose held-out fall of prompt-following went past the limit: "
+        f"**{risk['past']} of {risk['runs']}** (every taste, seed and tree count)."]
+    n = ABLATION_TREES
+    if all(n in s["by_trees"] for s in summaries):
+        clean = next((arm for arm in arms.values() if arm and arm[0]["budget"].get("mistakes") == 0), [])
+        by_taste = {s["taste"]: s for s in clean}
+        parts = [decomposition(s, n, by_taste.get(s["taste"])) for s in summaries]
+        lines += ["", f"Where the rest goes, at {n} labelled trees (means over seeds; in brackets the share "
+                      "of that taste's frontier). The oracle at the method's weight trains the hidden taste "
+                      "at the method's fixed picks weight; the method with margin 0 chooses with no margin "
+                      "(the same runs); error-free picks is the method on picks without the person's "
+                      "mistakes (`--mistakes 0`); the reward's pair accuracy is on held-out base-model "
+                      "trees and on trees the chosen model sampled, labelled by the same person.", "",
+                  *decomposition_lines(parts)]
+    if arms:
+        rows = {name: arm_row(summaries, arm, n) for name, arm in arms.items()}
+        lines += ["", "Each lever off (or changed) in turn, on the same tastes and seeds and the same "
+                      "frontier, paired per run with the default: the difference of the shares with its "
+                      "95% t interval and exact sign-flip p (a difference whose interval holds 0 is "
+                      "inconclusive).", "", *arm_lines(rows, n)]
+    return lines
+
+
+def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: str,
+             arms: dict[str, list[dict[str, Any]]] | None = None) -> str:
+    """The section: what was run, the table of every taste, the pooled figures, the decomposition and
+    the ablations, the choices, the grid."""
     first = summaries[0]
     b = first["budget"]
     seeds = len(first["seeds"])
@@ -199,6 +245,7 @@ def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: st
         "minus the limit (the interval in brackets says whether the 95% interval clears it). With "
         f"{seeds} seeds the exact sign-flip test of a margin cannot go below p = {2 / 2 ** seeds:.4g}, above "
         "0.05: these readings rest on t intervals, as stated, not on an exact test.",
+        *overall_lines(summaries, arms or {}),
     ]
     sensitivity = [row for summary in summaries for row in margin_rows(summary)]
     if sensitivity:
@@ -225,7 +272,8 @@ def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: st
     return "\n".join(lines)
 
 
-def write_docs(summaries: Sequence[dict[str, Any]], outs: Sequence[Path], docs: Path, command: str) -> Path:
+def write_docs(summaries: Sequence[dict[str, Any]], outs: Sequence[Path], docs: Path, command: str,
+               arms: dict[str, list[dict[str, Any]]] | None = None) -> Path:
     """The section in ``docs``, and the grid of the first taste that pulls against the prompt copied into
     ``images/`` beside it (earlier taste sections are replaced)."""
     image = None
@@ -237,5 +285,5 @@ def write_docs(summaries: Sequence[dict[str, Any]], outs: Sequence[Path], docs: 
             target.write_bytes(grid.read_bytes())
             image = f"images/{target.name}"
             break
-    put_section(docs, SECTION, markdown(summaries, image, command), drop_others=True)
+    put_section(docs, SECTION, markdown(summaries, image, command, arms), drop_others=True)
     return docs

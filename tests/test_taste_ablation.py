@@ -1,0 +1,90 @@
+"""The ablation table, the decomposition and the risk count of ``bench taste``, from stored runs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from dynamic_treerpo.trainer.bench import taste_ablation as ab
+from dynamic_treerpo.trainer.bench.taste import QUICK, SeedResult
+from dynamic_treerpo.trainer.bench.taste_page import markdown
+from dynamic_treerpo.trainer.bench.taste_summary import summarise
+
+BUDGET = replace(QUICK, seeds=3, trees=50, at=(), frontier_weights=(0.3, 0.5), frontier_steer=False, rounds=1)
+
+
+def _seed(seed: int, gain: float, fall: float, margin0_gain: float, frontier: dict[str, float],
+          on_policy: float = 0.7) -> SeedResult:
+    """A seed as run_seed stores it, with taste_before 0.5 and scene_before 0.4: the method at 50 trees
+    chose a checkpoint of ``gain`` and scene change ``fall``; with margin 0 it would have taken one of
+    ``margin0_gain`` (a point closer to the limit)."""
+    base = {"iteration": 0, "strength": 1.0, "taste": 0.0, "guard": 0.4, "guard_se": 0.0,
+            "test_taste": 0.5, "test_scene": 0.4}
+    safe = {**base, "iteration": 1, "taste": 1.0, "guard": 0.395, "guard_se": 0.01,
+            "test_taste": 0.5 + gain, "test_scene": 0.4 + fall}
+    edge = {**base, "iteration": 2, "taste": 2.0, "guard": 0.385, "guard_se": 0.01,
+            "test_taste": 0.5 + margin0_gain, "test_scene": 0.4 + fall - 0.01}
+    method = {"taste": 0.5 + gain, "scene": 0.4 + fall, "accuracy": 0.8, "held_out_pairs": 10.0,
+              "limit": 0.02, "points": [base, safe, edge], "on_policy": {"trees": 8, "accuracy": on_policy},
+              "chosen": {"iteration": 1, "strength": 1.0, "reason": "r", "validation_taste_gain": 1.0,
+                         "validation_scene_fall": 0.005}}
+    arms = {w: {"weight": float(w), "gain": g, "scene_change": -0.015, "iteration": 2, "strength": 1.0,
+                "limit": 0.02, "taste": 0.5 + g, "scene": 0.385, "points": []} for w, g in frontier.items()}
+    best = max(arms.values(), key=lambda a: a["gain"])
+    return SeedResult(seed, 0.5, 0.4, {"taste": best["taste"], "scene": best["scene"], "weight": best["weight"]},
+                      arms, {50: method})
+
+
+def _summary(taste: str, gains: list[float], falls: list[float], mistakes: float = 0.15) -> dict:
+    results = [_seed(s, g, f, g + 0.02, {"0.3": 0.15, "0.5": 0.2}) for s, (g, f) in
+               enumerate(zip(gains, falls, strict=True))]
+    out = summarise(results, replace(BUDGET, mistakes=mistakes), taste)
+    from dataclasses import asdict
+    out["per_seed"] = [asdict(r) for r in results]
+    return out
+
+
+def test_the_decomposition_splits_the_gap_to_the_frontier() -> None:
+    main = _summary("lower_objects", [0.1, 0.1, 0.1], [-0.01, -0.01, -0.01])
+    clean = _summary("lower_objects", [0.13, 0.13, 0.13], [-0.01, -0.01, -0.01], mistakes=0.0)
+    part = ab.decomposition(main, "50", clean)
+    assert part["frontier"] == pytest.approx(0.2) and part["oracle_at_method_weight"] == pytest.approx(0.15)
+    assert part["method"] == pytest.approx(0.1) and part["method_margin_0"] == pytest.approx(0.12)
+    lost = part["lost"]
+    assert lost["weight"] == pytest.approx(0.05) and lost["reward_and_validation"] == pytest.approx(0.03)
+    assert lost["margin"] == pytest.approx(0.02)
+    assert sum(lost.values()) == pytest.approx(part["frontier"] - part["method"])  # the whole gap
+    assert part["method_error_free"] == pytest.approx(0.13) and part["picks_mistakes"] == pytest.approx(0.03)
+    assert part["base_accuracy"] == pytest.approx(0.8) and part["on_policy_accuracy"] == pytest.approx(0.7)
+    assert math.isnan(ab.decomposition(main, "50")["method_error_free"])
+
+
+def test_an_arm_is_paired_per_taste_and_seed_with_the_default() -> None:
+    default = [_summary("lower_objects", [0.1, 0.12, 0.08], [-0.01] * 3),
+               _summary("warm_shades", [0.1, 0.1, 0.1], [-0.01] * 3)]
+    better = [_summary("lower_objects", [0.14, 0.15, 0.13], [-0.01, -0.03, -0.01]),
+              _summary("warm_shades", [0.12, 0.13, 0.12], [-0.01] * 3)]
+    row = ab.arm_row(default, better, "50")
+    assert row["runs"] == 6 and row["tastes"] == ["lower_objects", "warm_shades"]
+    assert row["difference"]["mean"] == pytest.approx(
+        (0.04 + 0.03 + 0.05 + 0.02 + 0.03 + 0.02) / 6 / 0.2)
+    assert ab.verdict(row) == "better" and row["exact_p"] == pytest.approx(2 / 2 ** 6)
+    assert row["past_limit"] == 1 and row["default_past_limit"] == 0
+    one = ab.arm_row(default, better[1:], "50")  # an arm run on one taste: only its runs are paired
+    assert one["runs"] == 3 and one["tastes"] == ["warm_shades"]
+    same = ab.arm_row(default, default, "50")
+    assert ab.verdict(same) == "inconclusive" or same["difference"]["mean"] == 0.0
+    assert ab.arm_row(default, better, "25") == {"runs": 0}
+
+
+def test_the_page_gives_the_pooled_share_the_risk_count_the_decomposition_and_the_ablations() -> None:
+    default = [_summary("lower_objects", [0.1, 0.12, 0.08], [-0.01, -0.025, -0.01]),
+               _summary("warm_shades", [0.1, 0.1, 0.1], [-0.01] * 3)]
+    clean = [_summary("lower_objects", [0.13] * 3, [-0.01] * 3, mistakes=0.0)]
+    assert ab.risk_count(default) == {"past": 1, "runs": 6}
+    text = markdown(default, None, "treerpo bench taste", {"error-free picks": clean})
+    assert "**1 of 6**" in text and "50 trees 50% (" in text
+    assert "| lower_objects | +0.200 | +0.150 (75%) | +0.120 (60%) | +0.100 (50%) |" in text
+    assert "| error-free picks | 3 (lower_objects) | 65%" in text

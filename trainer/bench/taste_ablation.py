@@ -1,0 +1,174 @@
+"""What each lever of learning from picks gives, and where the rest of the frontier goes.
+
+Pure functions over ``taste.json`` summaries. An **arm** is a run of ``treerpo bench taste`` with one
+lever changed (``--rounds 2``, the first version's guard, error-free picks, ...) on the same tastes and
+seeds as the default run, usually with ``--frontier-from`` so that both share the frontier. The arm is
+paired per taste and seed with the default: each run's gain as a share of its own frontier, and the
+difference of the shares, as means with 95% t intervals and the exact sign-flip p value.
+
+The **decomposition** splits, per taste, the gap from the frontier to the default method into: the
+weight (the frontier's best arm against the oracle at the method's own picks weight), the personal reward
+and its measurement on validation pairs (that oracle against the method chosen with margin 0), and the
+margin (margin 0 against the default margin); with error-free picks and the reward's pair accuracy on the
+trained model's trees against base trees beside them, so that the next step is chosen by measurement.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from .stats import mean_ci95, sign_flip_test
+
+
+def _seed_values(summary: dict[str, Any], values: Sequence[float]) -> dict[int, float]:
+    return dict(zip(summary["seeds"], values, strict=True))
+
+
+def run_shares(summary: dict[str, Any], n: str) -> dict[tuple[str, int], dict[str, float]]:
+    """Per (taste, seed) at ``n`` labelled trees: the gain, the frontier, the share and the prompt-following
+    change on the test pairs, and the limit."""
+    row = summary["by_trees"][n]
+    gains = _seed_values(summary, row["taste_gain"]["per_seed"])
+    frontier = _seed_values(summary, row["frontier_gain"]["per_seed"])
+    guard = _seed_values(summary, row["guard_change"]["per_seed"])
+    out = {}
+    for seed, gain in gains.items():
+        f = frontier[seed]
+        share = gain / f if f > 0 else math.nan
+        out[(summary["taste"], seed)] = {"gain": gain, "frontier": f, "share": share, "guard": guard[seed],
+                                         "limit": row["guard_limit"]}
+    return out
+
+
+def _estimate(values: Sequence[float]) -> dict[str, Any]:
+    e = mean_ci95(list(values))
+    return {"mean": e.mean, "ci95": e.ci95, "n": len(values)}
+
+
+def arm_row(default: Sequence[dict[str, Any]], arm: Sequence[dict[str, Any]], n: str) -> dict[str, Any]:
+    """One arm against the default on the runs both have (tastes x seeds) at ``n`` trees: each one's share
+    of the frontier, the paired difference (arm minus default) with its exact sign-flip p, and the runs
+    past the limit."""
+    mine = {k: v for s in arm if n in s["by_trees"] for k, v in run_shares(s, n).items()}
+    base = {k: v for s in default if n in s["by_trees"] for k, v in run_shares(s, n).items()}
+    keys = sorted(k for k in mine if k in base and math.isfinite(mine[k]["share"])
+                  and math.isfinite(base[k]["share"]))
+    if not keys:
+        return {"runs": 0}
+    diffs = [mine[k]["share"] - base[k]["share"] for k in keys]
+    return {"runs": len(keys), "tastes": sorted({k[0] for k in keys}),
+            "share": _estimate([mine[k]["share"] for k in keys]),
+            "default_share": _estimate([base[k]["share"] for k in keys]),
+            "difference": _estimate(diffs), "exact_p": sign_flip_test(diffs) if len(diffs) > 1 else math.nan,
+            "past_limit": sum(mine[k]["guard"] < -mine[k]["limit"] for k in keys),
+            "default_past_limit": sum(base[k]["guard"] < -base[k]["limit"] for k in keys)}
+
+
+def verdict(row: dict[str, Any]) -> str:
+    """'better' / 'worse' when the difference's 95% interval excludes 0, else 'inconclusive'."""
+    d = row["difference"]
+    if not math.isfinite(d["ci95"]):
+        return "one run: no verdict"
+    if d["mean"] - d["ci95"] > 0:
+        return "better"
+    if d["mean"] + d["ci95"] < 0:
+        return "worse"
+    return "inconclusive"
+
+
+def _mean(values: Sequence[float]) -> float:
+    return statistics.fmean(values) if values else math.nan
+
+
+def decomposition(summary: dict[str, Any], n: str, clean: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One taste at ``n`` trees, as means over its seeds: the frontier, the oracle at the method's picks
+    weight, the method chosen with margin 0 and with the default margin, the method on error-free picks
+    (``clean``: a run with ``--mistakes 0``), and the reward's pair accuracy on base and trained trees."""
+    row = summary["by_trees"][n]
+    weight = f"{summary['budget']['picks_weight']:g}"
+    by_weight = summary["frontier"]["by_weight"]
+    out: dict[str, Any] = {
+        "taste": summary["taste"], "trees": int(n), "seeds": len(summary["seeds"]),
+        "frontier": row["frontier_gain"]["mean"],
+        "oracle_at_method_weight": by_weight[weight]["mean"] if weight in by_weight else math.nan,
+        "method_margin_0": row.get("margins", {}).get("0", {}).get("taste_gain", {}).get("mean", math.nan),
+        "method": row["taste_gain"]["mean"],
+        "base_accuracy": row["held_out_pair_accuracy"],
+        "on_policy_accuracy": row.get("on_policy_pair_accuracy", math.nan)}
+    clean_row = (clean or {}).get("by_trees", {}).get(n)
+    out["method_error_free"] = clean_row["taste_gain"]["mean"] if clean_row else math.nan
+    f = out["frontier"]
+    out["lost"] = {
+        "weight": f - out["oracle_at_method_weight"],
+        "reward_and_validation": out["oracle_at_method_weight"] - out["method_margin_0"],
+        "margin": out["method_margin_0"] - out["method"]}
+    out["picks_mistakes"] = out["method_error_free"] - out["method"]
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}" if math.isfinite(x) else "n/a"
+
+
+def _ci_pct(e: dict[str, Any]) -> str:
+    if not math.isfinite(e["ci95"]):
+        return f"{e['mean']:+.0%}"
+    return f"{e['mean']:+.0%} ({e['mean'] - e['ci95']:+.0%} to {e['mean'] + e['ci95']:+.0%})"
+
+
+def arm_lines(rows: dict[str, dict[str, Any]], n: str) -> list[str]:
+    """The ablation table: one row per arm against the default at ``n`` trees."""
+    lines = [f"| arm (at {n} labelled trees) | runs | share of the frontier (95% CI) | the default's, same "
+             "runs | arm minus default (95% CI) | exact p | verdict | runs past the limit (default) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, row in rows.items():
+        if not row["runs"]:
+            lines.append(f"| {name} | 0 | not run | | | | | |")
+            continue
+        s, d = row["share"], row["default_share"]
+        share = f"{s['mean']:.0%}" + (f" ({s['mean'] - s['ci95']:.0%} to {s['mean'] + s['ci95']:.0%})"
+                                      if math.isfinite(s["ci95"]) else "")
+        lines.append(f"| {name} | {row['runs']} ({', '.join(row['tastes'])}) | {share} | {d['mean']:.0%} | "
+                     f"{_ci_pct(row['difference'])} | {row['exact_p']:.3g} | {verdict(row)} | "
+                     f"{row['past_limit']} ({row['default_past_limit']}) |")
+    return lines
+
+
+def decomposition_lines(parts: Sequence[dict[str, Any]]) -> list[str]:
+    """The decomposition table, a row per taste, gains in the taste's own units and as shares of its
+    frontier."""
+    lines = ["| taste | frontier | oracle at the method's weight | method, margin 0 | method (default) | "
+             "lost to the weight | lost to the reward and its validation | lost to the margin | "
+             "error-free picks | reward's pair accuracy: base trees / trained model's |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for p in parts:
+        f = p["frontier"]
+
+        def share(x: float, f: float = f) -> str:
+            return f"{x:+.3f} ({_pct(x / f)})" if f > 0 and math.isfinite(x) else "n/a"
+
+        lost = p["lost"]
+        lines.append(
+            f"| {p['taste']} | {f:+.3f} | {share(p['oracle_at_method_weight'])} | "
+            f"{share(p['method_margin_0'])} | {share(p['method'])} | {share(lost['weight'])} | "
+            f"{share(lost['reward_and_validation'])} | "
+            f"{share(lost['margin'])} | {share(p['method_error_free'])} | {p['base_accuracy']:.2f} / "
+            + (f"{p['on_policy_accuracy']:.2f} |" if math.isfinite(p["on_policy_accuracy"]) else "n/a |"))
+    return lines
+
+
+def risk_count(summaries: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Over every taste, seed and tree count: the runs whose held-out fall went past the limit."""
+    past = sum(row["past_limit"]["runs"] for s in summaries for row in s["by_trees"].values())
+    runs = sum(row["past_limit"]["of"] for s in summaries for row in s["by_trees"].values())
+    return {"past": past, "runs": runs}
+
+
+def pooled_share(summaries: Sequence[dict[str, Any]], n: str) -> dict[str, Any]:
+    """Every taste and seed at ``n`` trees: each run's share of its own frontier, mean with 95% CI."""
+    shares = [v["share"] for s in summaries if n in s["by_trees"] for v in run_shares(s, n).values()
+              if math.isfinite(v["share"])]
+    return _estimate(shares) if shares else {"mean": math.nan, "ci95": math.nan, "n": 0}

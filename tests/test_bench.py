@@ -579,6 +579,20 @@ def test_protocol_quick_runs_every_arm_and_writes_the_report(
     again = ["bench", "protocol", "--quick", *THREADS, "--seeds", "3", "--out", str(out), "--resume"]
     assert main(again) == 2
     assert "cannot resume: the budget differs" in capsys.readouterr().err
+    # one code version: every part recorded it, and a resume under other code, or of a file that recorded
+    # none, is refused in one line before anything runs
+    from dynamic_treerpo.trainer.bench.provenance import code_fingerprint
+
+    assert {c["code"] for c in resumed["code"]} == {code_fingerprint()}
+    assert {c["part"] for c in resumed["code"]} == {"all"}
+    assert "ran at one code version" in docs.read_text()
+    resume = ["bench", "protocol", "--quick", *THREADS, "--out", str(out), "--resume"]
+    for code in ([{**resumed["code"][0], "code": "0123456789abcdef"}], []):
+        (out / "protocol.json").write_text(json.dumps(dict(cut, code=code)))
+        assert main(resume) == 2
+        err = capsys.readouterr().err
+        assert ("made by other code" if code else "recorded no code version") in err and err.count("\n") == 1
+        assert json.loads((out / "protocol.json").read_text())["runs"] == cut["runs"]  # nothing ran
 
 
 def test_evaluating_every_iteration_changes_nothing_in_the_training() -> None:

@@ -64,6 +64,7 @@ from .arms import (
     runnable_arms,
     treatment_problem,
 )
+from .provenance import check_resume, provenance
 from .results import (
     PRIMARY_CLAIMS,
     Budget,
@@ -483,8 +484,10 @@ def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | No
     if part not in ("main", "all"):
         raise ValueError(f"run_protocol runs the main part or all of it, not {part!r}")
     began = time.perf_counter()
+    code = provenance()
     if resume is not None:
         check_resumable(resume, budget, base, config_path, arms, part)
+        stamp_code(resume, part, code)
         log(f"resuming: the sweep's rates and target kept, {len(resume.runs)} test runs done")
         return _test_runs(resume, out, log, part, began)
     chosen = [a for a in arms if part == "all" or a.role == "main"]
@@ -525,6 +528,7 @@ def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | No
     result = ProtocolResult(budget, list(base), config_path, clock, seconds, per_iteration, rows, lrs, target,
                             list(chosen), skipped=skipped, environment=env, parts=[part])
     result.command = command or result.command
+    stamp_code(result, part, code, fresh=True)
     extra = _plan_treatments(result, base, config_path, log) if part == "all" else {}
     if out is not None:
         save(result, out)  # the rates and the target, before any test run
@@ -543,6 +547,7 @@ def run_ablations(saved: ProtocolResult, budget: Budget, base: Sequence[str] = (
     main part has finished; ``resume``: continue an ablation part already started."""
     began = time.perf_counter()
     _check_setup(saved, budget, base, config_path)
+    stamp_code(saved, "ablations", provenance())
     if main_part(saved) == "all":
         raise ValueError("this protocol ran every part in one command (--part all): resume it with --part "
                          "all --resume")
@@ -578,6 +583,18 @@ def run_ablations(saved: ProtocolResult, budget: Budget, base: Sequence[str] = (
         save(saved, out)
     _log_expected(saved, extra, "ablations", 0.0, log)
     return _test_runs(saved, out, log, "ablations", began)
+
+
+def stamp_code(result: ProtocolResult, part: str, code: dict[str, Any], fresh: bool = False) -> None:
+    """Record the code version ``part`` runs with, refused (one line) when it differs from the version
+    that made the parts already in ``result``, or when those recorded none: a published protocol comes from
+    one code version. ``fresh``: ``result`` was made by this command."""
+    if not fresh and not result.code:
+        raise ValueError("the saved protocol.json recorded no code version (it was made before 0.3.1): a "
+                         "published protocol comes from one code version, so start again without --resume")
+    check_resume(result.code, code, Path("protocol.json"))
+    if not any(c.get("part") == part and c["code"] == code["code"] for c in result.code):
+        result.code.append({"part": part, **code})
 
 
 def _jobs(result: ProtocolResult, part: str) -> list[tuple[Arm, Treatment]]:

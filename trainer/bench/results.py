@@ -182,6 +182,7 @@ class ProtocolResult:
     command: str = "treerpo bench protocol"  # what made it (one line per part), for the results page
     parts: list[str] = field(default_factory=lambda: ["main"])  # the parts started, in order
     part_wall_s: dict[str, float] = field(default_factory=dict)  # per part (the main part's: sweep included)
+    code: list[dict[str, Any]] = field(default_factory=list)  # per part: the code version (bench.provenance)
 
     @property
     def images_limit(self) -> float:
@@ -236,7 +237,7 @@ class ProtocolResult:
                 "checkpoints": self.checkpoints, "sweep": self.sweep, "lrs": self.lrs, "grid": self.grid,
                 "target": self.target, "arms": [asdict(a) for a in self.arms], "treatments": self.treatments,
                 "skipped": self.skipped, "environment": self.environment, "parts": self.parts,
-                "part_wall_s": self.part_wall_s, "runs": [asdict(r) for r in self.runs]}
+                "part_wall_s": self.part_wall_s, "code": self.code, "runs": [asdict(r) for r in self.runs]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProtocolResult:
@@ -249,7 +250,8 @@ class ProtocolResult:
                    data["seconds"], data["images_per_iteration"], data["sweep"], data["lrs"], data["target"],
                    arms, data["treatments"], [Run(**r) for r in data["runs"]], data["skipped"],
                    data["environment"], data["stage"], data["wall_s"], data["command"],
-                   data.get("parts") or _parts_of(arms, data["treatments"]), data.get("part_wall_s", {}))
+                   data.get("parts") or _parts_of(arms, data["treatments"]), data.get("part_wall_s", {}),
+                   data.get("code", []))
 
 
 def _parts_of(arms: list[Arm], treatments: list[dict[str, Any]]) -> list[str]:

@@ -222,6 +222,9 @@ def test_docs_results_is_the_page_rendered_from_its_protocol_json() -> None:
         assert (t.verdict in ("met", "not met")) == both, t.key
     assert by[f"time:images:{TREE}:every"].verdict != "descriptive"  # resolved per iteration
     assert "not tested on this page" in text  # the ablation part has not run
+    # DiffusionNFT reached the target at iteration 2 on every seed, on some after the seconds budget
+    nft = next(line for line in text.splitlines() if line.startswith("| diffusionnft | 42.75"))
+    assert "not reached" not in nft and nft.count("(reached at iteration 2, after the budget: censored)") == 4
 
 
 def test_the_archived_3_seed_page_is_rendered_from_its_protocol_json() -> None:

@@ -190,17 +190,23 @@ def resolved_per_iteration(result: ProtocolResult, runs: Sequence[Run]) -> bool:
 
 def time_where(result: ProtocolResult, run: Run, axis: str) -> str:
     """Where the run was timed: ``iteration i`` (evaluated every iteration until the target),
-    ``checkpoint k`` (of the budget's), or ``not reached`` (within the budget)."""
+    ``checkpoint k`` (of the budget's), ``not reached`` (never, in the whole run), or, for a run that
+    reached it only after this budget (a seconds budget shorter than the run), where it did and that it
+    is censored at the budget."""
     gain = result.target["gain"]
     time = run.time_to(gain, axis, result.clock)
-    if time is None or time > horizon(result, axis):
+    if time is None:
         return "not reached"
     key = "images" if axis == "images" else f"{result.clock}_s"
     if run.per_iteration(gain):
         point = next(p for p in run.points if p["reward"] >= run.base + gain)
-        return f"iteration {int(point['iteration'])}"
-    k = next(k for k, m in enumerate(run.marks(axis), 1) if run.points[m][key] == time)
-    return f"checkpoint {k}"
+        where = f"iteration {int(point['iteration'])}"
+    else:
+        found = [k for k, m in enumerate(run.marks(axis), 1) if run.points[m][key] == time]
+        where = f"checkpoint {found[0]}" if found else "after the last checkpoint"
+    if time > horizon(result, axis):
+        return f"reached at {where}, after the budget: censored"
+    return where
 
 
 def time_caveat(result: ProtocolResult) -> str:

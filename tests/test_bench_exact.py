@@ -237,7 +237,7 @@ def test_the_archived_3_seed_page_is_rendered_from_its_protocol_json() -> None:
     text = markdown(result, tests, report.summary_rows(result), "images/3-seeds").rstrip("\n")
     page = (ROOT / "docs" / "results-3-seeds.md").read_text(encoding="utf-8")
     assert page.startswith("> **Archived") and page.rstrip("\n").endswith(text), \
-        "docs/results-3-seeds.md is not the page of docs/data/3-seeds/protocol.json"
+        "docs/results-3-seeds.md is stale: python scripts/rebuild_archived_page.py"
     assert all((ROOT / "docs" / "images" / "3-seeds" / f"protocol_reward_vs_{axis}.png").is_file()
                for axis in ("images", "seconds"))
     assert result.budget.seeds == 3 and result.parts == ["all"]
@@ -274,3 +274,16 @@ def test_the_readmes_verdict_table_is_the_one_rendered_from_docs_data() -> None:
         assert row.endswith(f"| {shown} |"), row
         assert re.search(r"\(\S+ \.\. \S+\)", row), row  # every figure has its interval
     assert "[docs/results.md](docs/results.md)" in table and "no ablation part" in table
+
+
+def test_the_efficiency_ratio_compares_the_same_iterations_of_both_runs() -> None:
+    """A run with more iterations (the cheaper one, in equal seconds) adds later, dearer iterations to its
+    median alone: the ratio takes the first iterations both ran."""
+    from types import SimpleNamespace
+
+    from dynamic_treerpo.trainer.bench.claims import same_iterations_ratio
+
+    tree = SimpleNamespace(iteration_s=lambda clock: [1.0, 1.0, 3.0, 3.0, 3.0])
+    base = SimpleNamespace(iteration_s=lambda clock: [2.0, 2.0])
+    assert same_iterations_ratio(tree, base, "cpu") == 0.5  # medians over all iterations: 3 / 2
+    assert same_iterations_ratio(base, tree, "cpu") == 2.0

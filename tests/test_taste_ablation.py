@@ -33,8 +33,8 @@ def _seed(seed: int, gain: float, fall: float, margin0_gain: float, frontier: di
     arms = {w: {"weight": float(w), "gain": g, "scene_change": -0.015, "iteration": 2, "strength": 1.0,
                 "limit": 0.02, "taste": 0.5 + g, "scene": 0.385, "points": []} for w, g in frontier.items()}
     best = max(arms.values(), key=lambda a: a["gain"])
-    return SeedResult(seed, 0.5, 0.4, {"taste": best["taste"], "scene": best["scene"], "weight": best["weight"]},
-                      arms, {50: method})
+    oracle = {"taste": best["taste"], "scene": best["scene"], "weight": best["weight"]}
+    return SeedResult(seed, 0.5, 0.4, oracle, arms, {50: method})
 
 
 def _summary(taste: str, gains: list[float], falls: list[float], mistakes: float = 0.15) -> dict:

@@ -87,6 +87,18 @@ def test_a_margin_of_standard_errors_keeps_a_noisy_point_out() -> None:
     assert not allowed(trail, trail.points[2], margin=1.0)
 
 
+def test_the_choice_says_how_often_its_true_fall_is_past_the_limit() -> None:
+    from dynamic_treerpo.trainer.guard.choice import past_limit_chance, risk_words
+
+    assert past_limit_chance(0.02, 0.01, 0.02) == pytest.approx(0.5)  # measured at the limit: a coin
+    assert past_limit_chance(0.01, 0.01, 0.02) == pytest.approx(0.1587, abs=1e-4)  # one SE inside
+    assert past_limit_chance(0.03, 0.0, 0.02) == 1.0 and past_limit_chance(0.01, 0.0, 0.02) == 0.0
+    assert risk_words(0.1587) == "about 1 run in 6" and risk_words(0.001) == "under 1 run in 100"
+    assert risk_words(0.5) == "about even" and risk_words(0.7) == "likely"
+    trail = _trail(0.02, (4, 1.0, 0.3, 0.49, 0.004), (8, 1.0, 0.6, 0.485, 0.005))
+    assert choose(trail).reason.endswith("(its true fall is past the limit in about 1 run in 6)")
+
+
 def test_no_checkpoint_within_the_limit_returns_the_base_model_with_one_line() -> None:
     trail = _trail(0.01, (4, 1.0, 0.3, 0.47), (8, 1.0, 0.6, 0.45))
     choice = choose(trail)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .trail import Trail, TrailPoint
@@ -10,6 +11,24 @@ from .trail import Trail, TrailPoint
 def change_words(fall: float) -> str:
     """'fell by 0.012' or 'rose by 0.05': a guard's change in words."""
     return f"fell by {fall:.3g}" if fall > 0 else f"rose by {-fall:.3g}" if fall < 0 else "did not change"
+
+
+def past_limit_chance(fall: float, se: float, limit: float) -> float:
+    """The chance that a checkpoint's true fall is past ``limit``, given its measured ``fall`` and that
+    measurement's standard error (normal, flat prior). It is for the one checkpoint measured: taking the
+    tastiest of several raises it a little (the benchmark counts the runs that went past)."""
+    if se <= 0 or not math.isfinite(se):
+        return 1.0 if fall > limit else 0.0
+    return 0.5 * math.erfc((limit - fall) / (se * math.sqrt(2.0)))
+
+
+def risk_words(chance: float) -> str:
+    """'about 1 run in 6', 'under 1 run in 100', 'about even': a chance in words a person reads."""
+    if chance < 0.01:
+        return "under 1 run in 100"
+    if chance >= 0.4:
+        return "about even" if chance < 0.6 else "likely"
+    return f"about 1 run in {round(1 / chance)}"
 
 
 @dataclass(frozen=True)
@@ -44,9 +63,10 @@ def choose(trail: Trail, margin: float = 0.0) -> Choice:
     if best.taste <= base.taste:
         return Choice(None, "no checkpoint within the limit raised your taste's score above the base "
                             "model's: the base model is returned unchanged", True)
+    chance = past_limit_chance(trail.fall(best), best.guard_se, trail.limit)
     return Choice(best, f"{best.label}: the most taste (+{best.taste - base.taste:.3g}) whose "
                         f"prompt-following {change_words(trail.fall(best))}, within the limit of a fall of "
-                        f"{trail.limit:.3g}", True)
+                        f"{trail.limit:.3g} (its true fall is past the limit in {risk_words(chance)})", True)
 
 
 def checkpoints(trail: Trail) -> list[int]:

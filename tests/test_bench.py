@@ -584,6 +584,7 @@ def test_protocol_quick_runs_every_arm_and_writes_the_report(
     from dynamic_treerpo.trainer.bench.provenance import code_fingerprint
 
     assert {c["code"] for c in resumed["code"]} == {code_fingerprint()}
+    assert all(len(r["load"]) == 2 for r in resumed["runs"])  # the machine's load, start and end
     assert {c["part"] for c in resumed["code"]} == {"all"}
     assert "ran at one code version" in docs.read_text()
     resume = ["bench", "protocol", "--quick", *THREADS, "--out", str(out), "--resume"]

@@ -479,7 +479,47 @@ def _claims(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
         lines += [f"Time-to-target rows (\"no verdict\"): {'; '.join(reasons)}.", ""]
     lines += _components(primary)
     lines += _time_per_seed(result)
+    lines += clean_seconds(result, tests)
     return lines
+
+
+def clean_seconds(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
+    """The runs another process disturbed (wall/CPU ratio), and the claims in seconds without them."""
+    from .claims import all_tests
+    from .disturbed import SECONDS_GROUPS, TOLERANCE, disturbed_runs, without
+
+    runs = disturbed_runs(result)
+    lines = ["### Clean seconds", "",
+             "A run is marked disturbed when its wall seconds per CPU second exceed its arm's median by "
+             f"more than {TOLERANCE - 1:.0%} (another process on the same cores: its wall time rises, and "
+             "its CPU seconds per iteration often with it, as waiting threads spin)."]
+    if not runs:
+        return [*lines, " None was.", ""]
+    load = any(d.load for d in runs)
+    lines += ["", "| arm | seed | wall / CPU | its arm's median | CPU s per iteration / arm's median |"
+              + (" load at start, end |" if load else ""),
+              "|---|---|---|---|---|" + ("---|" if load else "")]
+    for d in runs:
+        cells = f"| {d.arm} | {d.seed} | {d.ratio:.2f} | {d.arm_ratio:.2f} | {d.cpu_per_iteration:.2f}x |"
+        if load:
+            cells += " " + (", ".join(f"{v:.1f}" for v in d.load) if d.load else "not recorded") + " |"
+        lines.append(cells)
+    clean = {t.key: t for t in all_tests(without(result, runs))}
+    these = "this one (its seed leaves the pairs it was in)" if len(runs) == 1 else \
+        f"these {len(runs)} (their seeds leave the pairs they were in)"
+    lines += ["", f"The claims in seconds with every run, and without {these}:", "",
+              "| claim | every run | verdict | without the disturbed runs | verdict |",
+              "|---|---|---|---|---|"]
+    for t in tests:
+        if t.family != "primary" or not t.group.startswith(SECONDS_GROUPS) or t.key not in clean:
+            continue
+        c = clean[t.key]
+        lines.append(f"| {t.group} | {_short_value(t)} | {_word(t)} | {_short_value(c)} | {_word(c)} |")
+    return [*lines, ""]
+
+
+def _word(t: Test) -> str:
+    return t.verdict if t.verdict in ("met", "not met") else "inconclusive"
 
 
 def _ablation_claims(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
@@ -694,10 +734,28 @@ def readme_claims(result: ProtocolResult, tests: Sequence[Test]) -> str:
               "test and an exact sign-flip test to agree after Holm's correction, against every baseline "
               "at once (the figure is against the one that decides); both p-values of every comparison: "
               "[docs/results.md](docs/results.md)."]
+    lines += _readme_disturbed(result, tests)
     if not any(t.family == "ablation" for t in tests):
         lines += ["The paper's ablation claims (LayerTuning-RL, dynamic clipping) are untested at this "
                   "number of seeds, not inconclusive: this run holds no ablation part (`--part ablations`)."]
     return "\n".join([*lines, README_END])
+
+
+def _readme_disturbed(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
+    """One line when leaving out the runs another process disturbed changes a verdict in seconds."""
+    from .claims import all_tests
+    from .disturbed import disturbed_runs, without
+
+    runs = disturbed_runs(result)
+    if not runs:
+        return []
+    clean = {t.key: t for t in all_tests(without(result, runs))}
+    changed = [f"{t.group} reads {_word(clean[t.key])}" for t in tests
+               if t.family == "primary" and t.key in clean and _word(clean[t.key]) != _word(t)]
+    if not changed:
+        return []
+    return [f"Without the {len(runs)} runs another process disturbed (wall/CPU ratio; docs/results.md, "
+            f"\"Clean seconds\"): {'; '.join(changed)}."]
 
 
 def with_readme_claims(text: str, table: str) -> str:

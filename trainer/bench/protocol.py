@@ -217,10 +217,21 @@ def full_run(config: TrainConfig, arm: Arm, budget: Budget, seconds: float, cloc
     """One test run: both budgets, measured on the test pairs (the config's held-out set); with
     ``target_gain``, after every iteration until it is reached too."""
     try:
-        return train_run(Trainer(config), config, arm.name, budget, seconds, clock, treatment.name,
-                         target_gain)
+        started = machine_load()
+        run = train_run(Trainer(config), config, arm.name, budget, seconds, clock, treatment.name,
+                        target_gain)
+        run.load = [started, machine_load()]
+        return run
     finally:
         release_memory()
+
+
+def machine_load() -> float:
+    """The 1-minute load average (NaN where the system has none): a disturbed run shows here."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return math.nan
 
 
 def release_memory() -> None:

@@ -112,6 +112,8 @@ class Run:
     # evaluated after every iteration until the reward reached base + this gain (None: at the
     # checkpoints only, so a time to target is resolved to the checkpoint grid)
     target_gain: float | None = None
+    # the machine's 1-minute load average when the run started and ended (None: not recorded)
+    load: list[float] | None = None
 
     @property
     def base(self) -> float:

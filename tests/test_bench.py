@@ -221,12 +221,14 @@ def test_the_protocol_fixes_rates_and_target_from_validation_before_any_test_run
         if not any(c[0] == "test" for c in calls):  # the first test run: the target is on disk already
             assert saved["stage"] == "sweep" and saved["runs"] == []
             assert saved["target"]["gain"] == pytest.approx(0.5 * 0.04)  # half the median validation gain
+            assert saved["convergence"]["gain"] == pytest.approx(0.04)  # and all of it: fixed before too
             assert "best_baseline" not in saved["target"]  # no comparator is picked on validation
             assert saved["lrs"]["mixgrpo"] == pytest.approx(1e-4)
         assert config.data.eval_seed == 12345  # test runs measure on the test pairs
-        # a main arm as published watches the target (its time to it is resolved per iteration)
+        # a main arm as published watches up to the convergence target (its times to both targets are
+        # resolved per iteration)
         watches = arm.role == "main" and treatment.name == "published"
-        assert target_gain == (pytest.approx(0.02) if watches else None)
+        assert target_gain == (pytest.approx(0.04) if watches else None)
         calls.append(("test", arm.name, treatment.name, config.seed))
         return _stand_in_run(arm.name, config.seed, config.optim.lr, treatment.name, budget, seconds,
                              target_gain)
@@ -349,7 +351,7 @@ def test_the_main_part_then_the_ablation_part_continue_one_protocol_json(
     assert main_part.parts == ["main"] and main_part.treatments == [] and main_part.stage == "done"
     assert {a.role for a in main_part.arms} == {"main"} and set(main_part.part_wall_s) == {"main"}
     assert {(c[0], c[1]) for c in calls} == {(name, "published") for name in GAINS}
-    assert all(c[3] == pytest.approx(main_part.target["gain"]) for c in calls)
+    assert all(c[3] == pytest.approx(main_part.convergence["gain"]) for c in calls)  # the larger target
     assert any("--part ablations" in line for line in lines)
     tests = all_tests(main_part)
     assert [t.family for t in tests].count("primary") == PRIMARY_CLAIMS
@@ -549,7 +551,19 @@ def test_protocol_quick_runs_every_arm_and_writes_the_report(
     watched = {r["arm"] for r in saved["runs"] if r["target_gain"] is not None}
     main_ran = {a.name for a in MAIN_ARMS if a.name in ran}
     assert watched == (main_ran if saved["target"]["usable"] else set())
+    # two targets fixed by the sweep: the first gain (half the median gain) and the convergence target (all
+    # of it); the main arms are watched every iteration up to the larger, the claims test convergence and
+    # the first gain's times move to the secondary family under their own name
+    first, whole = saved["target"], saved["convergence"]
+    assert whole["fraction"] == 1.0 and whole["gain"] == pytest.approx(2 * first["gain"])
+    if whole["usable"]:
+        assert {r["target_gain"] for r in saved["runs"] if r["arm"] in main_ran
+                and r["treatment"] == "published"} == {whole["gain"]}
+    keys = {t["key"]: t["family"] for t in data["tests"]}
+    assert keys[f"convergence:images:{TREE}:every"] == "primary" == keys[f"convergence:seconds:{TREE}:every"]
+    assert keys[f"time:images:{TREE}:every"] == "secondary" == keys[f"time:seconds:{TREE}:every"]
     text = docs.read_text()
+    assert "faster to a first gain, per second" in text and "convergence target" in text
     for section in ("## Protocol", "## Learning-rate sweep", "### Like for like", "## The paper's claims"):
         assert section in text
     for claim in ("faster convergence per sample", "faster convergence per second", "higher final reward",

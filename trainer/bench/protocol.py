@@ -303,9 +303,10 @@ def iterations_to_target(result: ProtocolResult, arm: str, limit: int) -> int:
     not expected to."""
     gains = result.target.get("validation_gains", {})
     gain = gains.get(arm, gains.get(TREE, 0.0))
-    if not result.target["usable"] or gain <= 0:
+    watched = result.watched_gain()
+    if watched is None or gain <= 0:
         return limit
-    return min(limit, math.ceil(result.budget.sweep_iterations * result.target["gain"] / gain))
+    return min(limit, math.ceil(result.budget.sweep_iterations * watched / gain))
 
 
 def estimate_s(result: ProtocolResult, runs: dict[str, int], watched: Collection[str]) -> tuple[float, float]:
@@ -535,15 +536,18 @@ def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | No
     for a in chosen:
         lrs.setdefault(a.name, lrs.get(TREE, budget.lrs[0]))
     target = sweeping.target(rows, budget.target_fraction)
+    convergence = sweeping.target(rows, budget.convergence_fraction)
     seconds = sweeping.seconds_budget(budget.seconds, rows, math.ceil(budget.images / per_iteration), clock)
     result = ProtocolResult(budget, list(base), config_path, clock, seconds, per_iteration, rows, lrs, target,
-                            list(chosen), skipped=skipped, environment=env, parts=[part])
+                            list(chosen), skipped=skipped, environment=env, parts=[part],
+                            convergence=convergence)
     result.command = command or result.command
     stamp_code(result, part, code, fresh=True)
     extra = _plan_treatments(result, base, config_path, log) if part == "all" else {}
     if out is not None:
         save(result, out)  # the rates and the target, before any test run
-    log(f"rates {lrs}; target gain {target['gain']:+.4f}; equal-seconds budget {seconds:.1f} {clock} s; "
+    log(f"rates {lrs}; target gains {target['gain']:+.4f} (first gain) and {convergence['gain']:+.4f} "
+        f"(convergence); equal-seconds budget {seconds:.1f} {clock} s; "
         f"{budget.images} images per run")
     _log_expected(result, extra, part, time.perf_counter() - began, log)
     return _test_runs(result, out, log, part, began)
@@ -621,8 +625,9 @@ def _jobs(result: ProtocolResult, part: str) -> list[tuple[Arm, Treatment]]:
 def target_for(result: ProtocolResult, arm: Arm, treatment: Treatment) -> float | None:
     """The gain a run is evaluated every iteration until it reaches: a main arm's run as published
     (the times to target compare those), when there is a target; None otherwise."""
-    usable = result.target["usable"] and arm.role == "main" and treatment is PUBLISHED
-    return float(result.target["gain"]) if usable else None
+    watched = result.watched_gain()
+    usable = watched is not None and arm.role == "main" and treatment is PUBLISHED
+    return float(watched) if usable else None
 
 
 def _test_runs(result: ProtocolResult, out: Path | None, log: Callable[[str], None], part: str,

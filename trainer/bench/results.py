@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -56,7 +56,8 @@ class Budget:
     sweep_iterations: int = 3
     sweep_seed: int = 1000
     validation_seed: int = 777
-    target_fraction: float = 0.5
+    target_fraction: float = 0.5  # the first gain: its time is mostly the cost of the first iterations
+    convergence_fraction: float = 1.0  # the convergence target, which most arms need several iterations for
     clock: Clock = "auto"
     max_iterations_factor: int = 4  # a fast arm's equal-seconds run stops at this many x the images'
 
@@ -74,6 +75,8 @@ class Budget:
             raise ValueError("lrs must be one or more positive learning rates")
         if self.max_extensions < 0 or not 0 < self.target_fraction <= 1:
             raise ValueError("max_extensions must be >= 0 and target_fraction in (0, 1]")
+        if not self.target_fraction < self.convergence_fraction <= 2:
+            raise ValueError("convergence_fraction must be above target_fraction and at most 2")
         if self.clock not in ("auto", "cpu", "wall"):
             raise ValueError(f"clock must be auto, cpu or wall, got {self.clock!r}")
 
@@ -185,6 +188,8 @@ class ProtocolResult:
     parts: list[str] = field(default_factory=lambda: ["main"])  # the parts started, in order
     part_wall_s: dict[str, float] = field(default_factory=dict)  # per part (the main part's: sweep included)
     code: list[dict[str, Any]] = field(default_factory=list)  # per part: the code version (bench.provenance)
+    # the second target, fixed from the sweep with the first (None: a file from before it existed)
+    convergence: dict[str, Any] | None = None
 
     @property
     def images_limit(self) -> float:
@@ -199,6 +204,17 @@ class ProtocolResult:
     @property
     def grid(self) -> dict[str, dict[str, Any]]:
         return sweeping.grid(self.sweep)
+
+    def at_convergence(self) -> ProtocolResult | None:
+        """This result with the convergence target as its target (what the time-to-target code reads),
+        or None when it has none."""
+        return None if self.convergence is None else replace(self, target=self.convergence)
+
+    def watched_gain(self) -> float | None:
+        """The largest usable target gain: a main arm's run is evaluated every iteration until it
+        reaches it (None: no usable target)."""
+        gains = [t["gain"] for t in (self.target, self.convergence) if t is not None and t["usable"]]
+        return max(gains) if gains else None
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
@@ -239,7 +255,8 @@ class ProtocolResult:
                 "checkpoints": self.checkpoints, "sweep": self.sweep, "lrs": self.lrs, "grid": self.grid,
                 "target": self.target, "arms": [asdict(a) for a in self.arms], "treatments": self.treatments,
                 "skipped": self.skipped, "environment": self.environment, "parts": self.parts,
-                "part_wall_s": self.part_wall_s, "code": self.code, "runs": [asdict(r) for r in self.runs]}
+                "part_wall_s": self.part_wall_s, "code": self.code, "convergence": self.convergence,
+                "runs": [asdict(r) for r in self.runs]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProtocolResult:
@@ -253,7 +270,7 @@ class ProtocolResult:
                    arms, data["treatments"], [Run(**r) for r in data["runs"]], data["skipped"],
                    data["environment"], data["stage"], data["wall_s"], data["command"],
                    data.get("parts") or _parts_of(arms, data["treatments"]), data.get("part_wall_s", {}),
-                   data.get("code", []))
+                   data.get("code", []), data.get("convergence"))
 
 
 def _parts_of(arms: list[Arm], treatments: list[dict[str, Any]]) -> list[str]:

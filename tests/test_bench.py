@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from dynamic_treerpo.trainer.bench import protocol
+from dynamic_treerpo.trainer.bench import sweep as sweeping
 from dynamic_treerpo.trainer.bench.arms import (
     ABLATION_ARMS,
     LIKE_FOR_LIKE,
@@ -361,13 +362,18 @@ def test_the_main_part_then_the_ablation_part_continue_one_protocol_json(
     assert "Only the main part has run" in text and "these claims are not tested on this page" in text
     assert {t["family"] for t in data["tests"]} == {"primary", "secondary"}
 
-    # the ablation part continues the same protocol.json: ablation arms at the tree's rate, treatments
+    # the ablation part continues the same protocol.json: each ablation arm swept on validation at its own
+    # rate first (the main part's sweep and target kept), then its test runs and the treatments
     main_runs = len(calls)
     saved = load(out)
     lines.clear()
     both = protocol.run_ablations(saved, budget, base, None, arms, lines.append, out)
     assert both.parts == ["main", "ablations"] and both.stage == "done"
-    assert both.lrs["no clip"] == both.lrs[TREE] and both.sweep == main_part.sweep
+    assert both.sweep[:len(main_part.sweep)] == main_part.sweep and both.target == main_part.target
+    added = both.sweep[len(main_part.sweep):]
+    assert {r["arm"] for r in added} == {"no LayerTuning", "no clip"}
+    assert both.lrs["no clip"] == sweeping.best_rate([r for r in added if r["arm"] == "no clip"])
+    assert any(line.startswith("sweep no clip") for line in lines)
     new = calls[main_runs:]
     assert {c[0] for c in new if c[1] == "published"} == {"no LayerTuning", "no clip"}
     assert {c[1] for c in new} == {"published", "rescale-all", "none"} and all(c[3] is None for c in new)
@@ -532,8 +538,12 @@ def test_protocol_quick_runs_every_arm_and_writes_the_report(
     saved = json.loads((out / "protocol.json").read_text())
     assert saved["format"] == FORMAT and saved["stage"] == "done" and saved["parts"] == ["all"]
     ran = [a.name for a in runnable_arms((*MAIN_ARMS, *ABLATION_ARMS), lambda _: None)]
+    at = ran.index("capping fixed clip") + 1  # the best fixed clip of the clip sweep follows it
+    ran = [*ran[:at], "capping best fixed clip", *ran[at:]]
     assert [a["name"] for a in saved["arms"]] == ran
-    assert {r["arm"] for r in saved["sweep"]} == {a.name for a in MAIN_ARMS if a.name in ran}
+    # every arm swept at its own rate, the main arms first; the fixed clips at the dynamic clip's
+    assert {r["arm"] for r in saved["sweep"]} == set(ran) - {"capping fixed clip", "capping best fixed clip"}
+    assert len(saved["clip_sweep"]) == 5
     assert all(r["test_prompts_in_validation"] == 0 for r in saved["sweep"])
     assert saved["checkpoints"]["images"] == [8.0, 16.0] and len(saved["checkpoints"]["seconds"]) == 2
     for run in saved["runs"]:  # every arm measured at the same checkpoints of both budgets
@@ -673,3 +683,51 @@ def test_sampler_measures_overhead_and_memory_at_16_and_64_leaves(tmp_path: Path
     assert [m["leaves"] for m in result["memory"]] == [16, 64]
     assert all(m["peak_above_start_mb"] >= 0 and m["held_before_mb"] > 0 for m in result["memory"])
     assert "sampler overhead" in format_sampler(result)
+
+
+def test_the_ablation_part_sweeps_the_fixed_clip_and_compares_the_dynamic_clip_with_its_best(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fixed clip trains at the dynamic clip's rate (the same rate); its bound is swept on validation
+    at that rate and the best becomes the arm ``capping best fixed clip``, compared with the dynamic clip
+    in the secondary family (the ablation-claims family keeps its size: with its 6 tests 8 seeds can reach a
+    verdict)."""
+    from dynamic_treerpo.trainer.bench.arms import BEST_FIXED_CLIP, FIXED_CLIPS
+
+    out, calls = tmp_path / "protocol", []
+    _stand_ins(monkeypatch, calls)
+    plain = protocol.sweep_run
+
+    def sweep_run(config, arm, budget, clock, test_seed):
+        row = plain(config, arm, budget, clock, test_seed)
+        if config.loss.clip.mode == "fixed":  # the best bound on validation: 3e-5
+            row["validation_reward"] -= 0.001 * abs(math.log10(config.loss.clip.fixed / 3e-5))
+        return row
+
+    monkeypatch.setattr(protocol, "sweep_run", sweep_run)
+    budget = Budget(images=64, seeds=3, checkpoints=4, lrs=(4e-4, 8e-4, 1.6e-3), sweep_iterations=2)
+    base = ["data.prompts_per_iteration=2"]
+    arms = select_arms(",".join([*GAINS, "capping dynamic clip", "capping fixed clip"]))
+    protocol.run_protocol(budget, base, None, arms, lambda _: None, out, part="main")
+    lines: list[str] = []
+    both = protocol.run_ablations(load(out), budget, base, None, arms, lines.append, out)
+    assert [r["clip"] for r in both.clip_sweep] == list(FIXED_CLIPS)
+    assert {r["lr"] for r in both.clip_sweep} == {both.lrs["capping dynamic clip"]}
+    best = both.arm(BEST_FIXED_CLIP)
+    assert "loss.clip.fixed=3e-05" in best.overrides and best.role == "ablation"
+    assert both.lrs["capping fixed clip"] == both.lrs["capping dynamic clip"] == both.lrs[BEST_FIXED_CLIP]
+    assert "capping fixed clip" not in {r["arm"] for r in both.sweep}  # it takes its partner's rate
+    assert {c[0] for c in calls if c[1] == "published"} >= {BEST_FIXED_CLIP, "capping fixed clip"}
+    tests = all_tests(load(out))
+    ablation = [t for t in tests if t.family == "ablation"]  # the capping pair's claim, at both budgets
+    assert len(ablation) == 2 and not any(t.against == BEST_FIXED_CLIP for t in ablation)
+    vs_best = [t for t in tests if t.group == "dynamic clipping vs the best fixed clip"]
+    assert [t.family for t in vs_best] == ["secondary", "secondary"]
+    assert all(t.against == BEST_FIXED_CLIP for t in vs_best)
+    write_report(load(out), tmp_path / "report")
+    text = (tmp_path / "report" / "results.md").read_text()
+    assert "The fixed clip's bound was swept on validation at that rate" in text
+    # a resume keeps the derived arm: the arms chosen are those saved
+    cut = load(out)
+    cut.runs, cut.stage = cut.runs[:-1], "runs"
+    protocol.run_ablations(cut, budget, base, None, arms, lambda _: None, out, resume=True)
+    assert load(out).arm(BEST_FIXED_CLIP).overrides == best.overrides

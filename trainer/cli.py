@@ -153,8 +153,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                         "what CI runs")
     q.add_argument("--part", choices=("main", "ablations", "all"), default=None,
                    help="main: the sweep and the main arms as published (the default); ablations: the "
-                        "ablation arms and the clip treatments, continuing the finished main part in --out "
-                        "at the rates its sweep fixed (the same options); all: both in one command "
+                        "ablation arms (each swept at its own rate first) and the clip treatments, "
+                        "continuing the finished main part in --out (the same options); all: both in one "
+                        "command "
                         "(--quick's default)")
     q.add_argument("--arms", default=None, metavar="A,B,...",
                    help="run only these arms (comma-separated names; default: all of the part's)")

@@ -75,6 +75,20 @@ ABLATION_ARMS = (
 )
 ALL_ARMS = (*MAIN_ARMS, *ABLATION_ARMS)
 
+SAME_RATE = {"capping fixed clip": "capping dynamic clip"}
+"""Ablation arms trained at another arm's swept rate instead of their own: the fixed clip is compared
+with the dynamic clip at the same rate."""
+BEST_FIXED_CLIP = "capping best fixed clip"
+FIXED_CLIPS = (1e-6, 3e-6, 1e-5, 3e-5, 1e-4)
+"""The fixed clip bounds the ablation part sweeps on validation, at the dynamic clip's rate, for the
+dynamic clip's strongest fixed rival (:func:`best_fixed_clip_arm`)."""
+
+
+def best_fixed_clip_arm(clip: float) -> Arm:
+    """The capping clip with a fixed bound of ``clip`` (the one the ablation part's clip sweep chose)."""
+    overrides = (*CAPPING, "loss.clip.mode=fixed", f"loss.clip.fixed={clip:g}")
+    return Arm(BEST_FIXED_CLIP, "dynamic_treerpo", "dpm2m", overrides, "ablation", "dynamic clipping")
+
 
 def select_arms(names: str | None, arms: Sequence[Arm] = ALL_ARMS) -> list[Arm]:
     """The arms named in a comma-separated list (``--arms``), in protocol order; None: all."""

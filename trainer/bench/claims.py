@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from .arms import LIKE_FOR_LIKE, TREATMENTS, TREE
+from .arms import BEST_FIXED_CLIP, LIKE_FOR_LIKE, TREATMENTS, TREE
 from .results import PUBLISHED, ProtocolResult, Run
 from .stats import (
     Comparison,
@@ -384,8 +384,12 @@ def secondary_tests(result: ProtocolResult) -> list[Test]:
     for tree, base in LIKE_FOR_LIKE:
         out += [reward_test(result, "secondary", "like for like", tree, base, axis) for axis, _ in BUDGETS]
     in_claims = {(on, off) for _, on, off in CLAIM_ABLATIONS}
+    present = {a.name for a in result.arms}
+    if {"capping dynamic clip", BEST_FIXED_CLIP} <= present:  # the dynamic clip against its best fixed rival
+        out += [reward_test(result, "secondary", "dynamic clipping vs the best fixed clip",
+                            "capping dynamic clip", BEST_FIXED_CLIP, axis) for axis, _ in BUDGETS]
     for arm in result.arms:
-        if arm.role == "ablation" and (TREE, arm.name) not in in_claims:
+        if arm.role == "ablation" and arm.name != BEST_FIXED_CLIP and (TREE, arm.name) not in in_claims:
             out += [reward_test(result, "secondary", "ablations", arm.name, TREE, axis,
                                 higher_is_better=False)  # the claim: the default beats the variant
                     for axis, _ in BUDGETS]

@@ -167,6 +167,22 @@ def _time_words(result: ProtocolResult) -> str:
             "every iteration until the target, and its times get verdicts).")
 
 
+def _ablation_rates(result: ProtocolResult) -> str:
+    """How the ablation arms got their rates: swept like the main arms (this version), or the tree's."""
+    swept = {r["arm"] for r in result.sweep}
+    ablations = [a.name for a in result.arms if a.role == "ablation"]
+    if not ablations or not any(name in swept for name in ablations):
+        return "Ablations use the default tree's rate, the clip treatments each arm's own."
+    text = ("Each ablation arm is swept the same way after the main arms (the fixed clip takes the dynamic "
+            "clip's rate, so that the two are compared at the same rate); the clip treatments use each "
+            "arm's own rate.")
+    if result.clip_sweep:
+        bounds = ", ".join(f"{r['clip']:g}: {r['validation_reward']:.4f}" for r in result.clip_sweep)
+        text += (f" The fixed clip's bound was swept on validation at that rate ({bounds}); the best is the "
+                 "arm `capping best fixed clip`.")
+    return text
+
+
 def _convergence_words(result: ProtocolResult) -> str:
     """The second target, or why this run has none."""
     c = result.convergence
@@ -238,7 +254,7 @@ def _protocol(result: ProtocolResult, tests: Sequence[Test]) -> list[str]:
             f"{b.sweep_seed}) and its rate chosen on validation pairs; when the best rate was the "
             "lowest (highest) swept, the arm was swept again at half (double) it, up to "
             f"{_plural(b.max_extensions, 'more rate')}, so that the chosen rate lies inside the swept range. "
-            f"{edges} Ablations use the default tree's rate, the clip treatments each arm's own.",
+            f"{edges} " + _ablation_rates(result),
         "Validation and test pairs":
             f"the sweep measures on validation pairs (eval seed {b.validation_seed}) "
             "drawn from the training prompts and sharing no prompt with the test "

@@ -7,8 +7,9 @@ Why this shape (docs/results.md says it for readers):
 
 - **Two parts.** ``--part main`` (the default): the sweep and the main arms as published, the
   primary claims' runs, sized to fit the CPU test bed's 2 cores in 150 minutes. ``--part
-  ablations``: the ablation arms and the clip treatments, continuing the same ``protocol.json`` at
-  the rates its sweep fixed. ``--part all`` (``--quick``'s default): both in one command.
+  ablations``: the ablation arms, each swept at its own rate first (the fixed clip at the dynamic
+  clip's, with its bound swept too), and the clip treatments, continuing the same ``protocol.json``
+  (its target kept). ``--part all`` (``--quick``'s default): both in one command.
 - **Sweep first, on validation pairs** (:mod:`.sweep`): each main arm's rate (the grid extended
   until the chosen rate is inside it) and the time-to-target gain are fixed from validation rewards
   and written into ``protocol.json`` before any test run.
@@ -50,13 +51,17 @@ from ..training.loop import Trainer
 from . import sweep as sweeping
 from .arms import (
     ALL_ARMS,
+    BEST_FIXED_CLIP,
+    FIXED_CLIPS,
     LIKE_FOR_LIKE,
     PUBLISHED,
+    SAME_RATE,
     TREATMENTS,
     TREE,
     Arm,
     Treatment,
     arm_config,
+    best_fixed_clip_arm,
     check_same_images,
     images_per_iteration,
     matching_images,
@@ -452,7 +457,7 @@ def _role(name: str) -> str:
 
 def _check_arms(previous: ProtocolResult, arms: Sequence[Arm], roles: Collection[str]) -> None:
     """The saved arms of ``roles`` (run or skipped) are the ones chosen now."""
-    saved = {a.name for a in previous.arms if a.role in roles}
+    saved = {a.name for a in previous.arms if a.role in roles and a.name != BEST_FIXED_CLIP}  # derived
     saved |= {name for name in previous.skipped if _role(name) in roles}
     chosen = {a.name for a in arms if a.role in roles}
     if "main" in roles and any(a.role == "ablation" for a in arms if a.role in roles):
@@ -487,7 +492,8 @@ def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | No
                  part: Part = "all", command: str | None = None) -> ProtocolResult:
     """The sweep of the main arms on validation pairs (rates, target, seconds budget: written to
     ``out/protocol.json`` before any test run), then every main arm and seed on both budgets; with
-    ``part`` "all" also the ablations (at the default tree's rate) and the like-for-like arms under
+    ``part`` "all" also the ablations (each swept on validation after the main arms) and the like-for-like
+    arms under
     the clip treatments (``part`` "main": those follow with :func:`run_ablations`).
     ``protocol.json`` is rewritten after every run. ``resume``: that saved protocol continues (its
     sweep, rates and target kept; finished runs not run again). ``command``: the command line of a
@@ -543,6 +549,13 @@ def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | No
                             convergence=convergence)
     result.command = command or result.command
     stamp_code(result, part, code, fresh=True)
+    ablations = [a for a in result.arms if a.role == "ablation"]
+    if ablations:  # part "all": the ablation arms' own sweep, after the main arms' (target and seconds fixed)
+        swept_rows, clips, swept, rates = sweep_ablations(result, ablations, base, config_path, log)
+        result.sweep += swept_rows
+        result.clip_sweep = clips
+        result.lrs.update(rates)
+        result.arms = [*(a for a in result.arms if a.role != "ablation"), *swept]
     extra = _plan_treatments(result, base, config_path, log) if part == "all" else {}
     if out is not None:
         save(result, out)  # the rates and the target, before any test run
@@ -557,7 +570,8 @@ def run_ablations(saved: ProtocolResult, budget: Budget, base: Sequence[str] = (
                   config_path: str | None = None, arms: Sequence[Arm] = ALL_ARMS,
                   log: Callable[[str], None] = print, out: Path | None = None,
                   resume: bool = False) -> ProtocolResult:
-    """The ablation part: the ablation arms of ``arms`` (at the default tree's rate) and the
+    """The ablation part: the ablation arms of ``arms`` (each at its own rate, swept on validation first:
+    :func:`sweep_ablations`) and the
     like-for-like arms under the clip treatments (each at its own rate), continuing ``saved``, whose
     main part has finished; ``resume``: continue an ablation part already started."""
     began = time.perf_counter()
@@ -587,8 +601,10 @@ def run_ablations(saved: ProtocolResult, budget: Budget, base: Sequence[str] = (
         raise ValueError(f"the ablation arms score {images} images per iteration, the main part's "
                          f"{saved.images_per_iteration}")
     log(plan_text(budget, kept, images, len({a.name for a in saved.arms} & set(like_for_like_arms()))))
-    for a in kept:
-        saved.lrs.setdefault(a.name, saved.lrs[TREE])
+    rows, clips, kept, rates = sweep_ablations(saved, kept, base, config_path, log)
+    saved.sweep += rows
+    saved.clip_sweep = clips
+    saved.lrs.update(rates)
     saved.arms += kept
     saved.skipped.update(skipped)
     saved.parts.append("ablations")
@@ -610,6 +626,53 @@ def stamp_code(result: ProtocolResult, part: str, code: dict[str, Any], fresh: b
     check_resume(result.code, code, Path("protocol.json"))
     if not any(c.get("part") == part and c["code"] == code["code"] for c in result.code):
         result.code.append({"part": part, **code})
+
+
+Rows = list[dict[str, Any]]
+
+
+def sweep_ablations(saved: ProtocolResult, kept: list[Arm], base: Sequence[str], config_path: str | None,
+                    log: Callable[[str], None]) -> tuple[Rows, Rows, list[Arm], dict[str, float]]:
+    """The ablation part's sweep on validation pairs, as the main part's: each ablation arm's own rate
+    (those of ``SAME_RATE`` take their partner's); then, where both capping clips run, the fixed clip's
+    bound at the dynamic clip's rate, whose best becomes the arm ``capping best fixed clip``. Returns the
+    sweep rows, the clip rows, the arms (with that one) and their rates."""
+    b = saved.budget
+    test_seed = arm_config(base, saved.arm(TREE), config_path).data.eval_seed
+
+    def validation(arm: Arm, lr: float) -> dict[str, Any]:
+        config = arm_config(base, arm, config_path, lr, b.sweep_seed, b.validation_seed)
+        return sweep_run(config, arm, b, saved.clock, test_seed)
+
+    rows: Rows = []
+    for arm in kept:
+        if arm.name in SAME_RATE:
+            continue
+
+        def one(lr: float, arm: Arm = arm) -> dict[str, Any]:
+            row = validation(arm, lr)
+            log(f"sweep {arm.name:<26} lr {lr:<8g} validation {row['validation_reward']:.4f} "
+                f"(before {row['validation_base']:.4f})")
+            return row
+        rows += sweeping.sweep_arm(arm.name, b.lrs, one, b.max_extensions, log)
+    rates = sweeping.best_rates(rows)
+    for arm in kept:
+        if arm.name in SAME_RATE:
+            rates[arm.name] = rates.get(SAME_RATE[arm.name], saved.lrs[TREE])
+    clips: Rows = []
+    names = {a.name for a in kept}
+    if {"capping dynamic clip", "capping fixed clip"} <= names:
+        lr = rates["capping dynamic clip"]
+        for clip in FIXED_CLIPS:
+            row = {**validation(best_fixed_clip_arm(clip), lr), "clip": clip, "lr": lr}
+            clips.append(row)
+            log(f"sweep fixed clip {clip:<8g} at lr {lr:g}: validation {row['validation_reward']:.4f}")
+        best = max(clips, key=lambda r: (r["validation_reward"], -r["clip"]))["clip"]
+        where = next(i for i, a in enumerate(kept) if a.name == "capping fixed clip") + 1
+        kept = [*kept[:where], best_fixed_clip_arm(best), *kept[where:]]
+        rates[BEST_FIXED_CLIP] = lr
+        log(f"the best fixed clip on validation: {best:g} (arm {BEST_FIXED_CLIP!r}, at lr {lr:g})")
+    return rows, clips, kept, rates
 
 
 def _jobs(result: ProtocolResult, part: str) -> list[tuple[Arm, Treatment]]:

@@ -190,6 +190,7 @@ class ProtocolResult:
     code: list[dict[str, Any]] = field(default_factory=list)  # per part: the code version (bench.provenance)
     # the second target, fixed from the sweep with the first (None: a file from before it existed)
     convergence: dict[str, Any] | None = None
+    clip_sweep: list[dict[str, Any]] = field(default_factory=list)  # the ablation part's fixed clip bounds
 
     @property
     def images_limit(self) -> float:
@@ -256,6 +257,7 @@ class ProtocolResult:
                 "target": self.target, "arms": [asdict(a) for a in self.arms], "treatments": self.treatments,
                 "skipped": self.skipped, "environment": self.environment, "parts": self.parts,
                 "part_wall_s": self.part_wall_s, "code": self.code, "convergence": self.convergence,
+                "clip_sweep": self.clip_sweep,
                 "runs": [asdict(r) for r in self.runs]}
 
     @classmethod
@@ -270,7 +272,7 @@ class ProtocolResult:
                    arms, data["treatments"], [Run(**r) for r in data["runs"]], data["skipped"],
                    data["environment"], data["stage"], data["wall_s"], data["command"],
                    data.get("parts") or _parts_of(arms, data["treatments"]), data.get("part_wall_s", {}),
-                   data.get("code", []), data.get("convergence"))
+                   data.get("code", []), data.get("convergence"), data.get("clip_sweep", []))
 
 
 def _parts_of(arms: list[Arm], treatments: list[dict[str, Any]]) -> list[str]:

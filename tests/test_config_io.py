@@ -353,7 +353,7 @@ def test_the_shipped_configs_keep_experimental_options_in_their_own_section(caps
     assert capsys.readouterr().err == ""  # no note: nothing in an old place
     default = yaml.safe_load((CONFIGS / "default.yaml").read_text())
     assert set(default["experimental"]) == {"tree", "mixgrpo", "dancegrpo", "flow_grpo", "branchgrpo", "loss",
-                                            "guard"}
+                                            "guard", "picks"}
     assert to_dict(load_config(TrainConfig, CONFIGS / "default.yaml")) == to_dict(TrainConfig())
 
 

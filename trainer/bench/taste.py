@@ -209,7 +209,7 @@ def _one_round(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[s
     (validation pairs only), then the chosen checkpoint measured on the test pairs; ``before``: the base
     model's test figures (measured here when not given). Also ``(trainer, fit)``, for a second round."""
     config = _config(budget, seed, "scene", {}, extra)
-    fit = fit_picks(store, ids, config.picks.head)
+    fit = fit_picks(store, ids, config.picks.head, config.picks.pessimism)
     trainer, result = train_guarded(config, fit, budget.picks_weight, _quiet)
     if keep is not None:
         keep[f"{len(ids)} trees"] = grid_images(trainer)

@@ -28,11 +28,12 @@ MARGINS_MEASURED = (0.0, 0.5, 1.0)
 """The margins whose choice is measured on the test pairs too (taste_summary's sensitivity table)."""
 
 
-def fit_picks(store: PickStore, ids: Sequence[str], head: str) -> Any:
+def fit_picks(store: PickStore, ids: Sequence[str], head: str, pessimism: float = 0.0) -> Any:
     """The personal reward's fit on the labelled trees ``ids`` (pooled features)."""
     from ..rewards.personal import FitConfig, fit_from_store, pooled_features
 
-    return fit_from_store(store, pooled_features, list(ids), config=FitConfig(head=head))
+    config = FitConfig(head=head, pessimism=pessimism)
+    return fit_from_store(store, pooled_features, list(ids), config=config)
 
 
 def on_policy_accuracy(fit: Any, store: PickStore, ids: Sequence[str]) -> float:

@@ -35,6 +35,7 @@ EXPERIMENTAL_OPTIONS = (
     "flow_grpo.noise_pool", "branchgrpo.noise_pool",
     "loss.advantage_std", "loss.advantage_baseline", "loss.prm_scale", "loss.step_scale",
     "guard.steer",  # docs/picks.md, "What each lever gives"
+    "picks.pessimism",  # docs/picks.md: being measured (bench taste --set experimental.picks.pessimism=1)
 )
 BaselineLoss = Literal["published", "shared"]
 """``published``: a baseline strategy trains with its own published loss
@@ -241,6 +242,7 @@ class PicksConfig:
     backbone_weights: str | None = None
     head: Literal["linear", "mlp"] = "linear"
     trees_per_iteration: int = 8
+    pessimism: float = 0.0  # experimental: train on the linear head's lower bound (beta posterior sd)
 
     def __post_init__(self) -> None:
         if self.mode not in ("reward", "online"):
@@ -252,6 +254,10 @@ class PicksConfig:
                              "weights path (docs/models.md)")
         if self.head not in ("linear", "mlp"):
             raise ValueError(f"picks.head must be linear or mlp, got {self.head!r}")
+        if self.pessimism < 0:
+            raise ValueError(f"picks.pessimism must be >= 0, got {self.pessimism:g}")
+        if self.pessimism > 0 and self.head != "linear":
+            raise ValueError("picks.pessimism needs picks.head: linear (the MLP head has no posterior)")
         if self.trees_per_iteration < 1:
             raise ValueError(f"picks.trees_per_iteration must be >= 1, got {self.trees_per_iteration}")
 

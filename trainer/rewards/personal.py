@@ -92,16 +92,31 @@ class PreferenceHead(nn.Module):
 
 
 class LinearHead(nn.Module):
-    """Features -> ``((x - mean) / std) @ directions @ weights``: the linear Bradley-Terry score."""
+    """Features -> ``((x - mean) / std) @ directions @ weights``: the linear Bradley-Terry score; with
+    ``pessimism`` beta > 0 and the weights' posterior ``covariance``, its lower bound
+    ``z @ w - beta * sqrt(z^T Sigma z)`` (``z`` the projected features): an image far along directions
+    the picks never settled scores lower, so training is not pushed where the reward is a guess."""
 
-    def __init__(self, mean: Tensor, std: Tensor, directions: Tensor, weights: Tensor) -> None:
+    def __init__(self, mean: Tensor, std: Tensor, directions: Tensor, weights: Tensor,
+                 covariance: Tensor | None = None, pessimism: float = 0.0) -> None:
         super().__init__()
         self.register_buffer("mean", mean.double())
         self.register_buffer("std", std.double())
         self.register_buffer("projection", (directions.double() @ weights.double()))
+        self.pessimism = float(pessimism)
+        if self.pessimism > 0:
+            if covariance is None:
+                raise ValueError("a pessimistic linear head needs the weights' posterior covariance")
+            self.register_buffer("directions", directions.double())
+            self.register_buffer("covariance", covariance.double())
 
     def forward(self, features: Tensor) -> Tensor:
-        return (((features.double() - self.mean) / self.std) @ self.projection).float()
+        x = (features.double() - self.mean) / self.std
+        score = x @ self.projection
+        if self.pessimism > 0:
+            z = x @ self.directions
+            score = score - self.pessimism * ((z @ self.covariance) * z).sum(dim=-1).clamp(min=0).sqrt()
+        return score.float()
 
 
 HEADS = ("linear", "mlp")
@@ -114,21 +129,30 @@ class FitConfig:
     weight_decay: float = 1e-3
     seed: int = 0
     head: str = "linear"
+    pessimism: float = 0.0  # the linear head's lower bound: beta posterior standard deviations (0: off)
 
 
-def fit_linear_head(features: dict[str, Tensor], pairs: dict[str, list[Pair]]) -> LinearHead:
-    """The linear head on ``features``' principal directions (found on every given tree's leaves)."""
+def fit_linear_head(features: dict[str, Tensor], pairs: dict[str, list[Pair]], pessimism: float = 0.0
+                    ) -> LinearHead:
+    """The linear head on ``features``' principal directions (found on every given tree's leaves);
+    ``pessimism``: score its lower bound (:class:`LinearHead`)."""
     if not any(pairs.values()):
         raise ValueError("the picks give no preference pair: like some leaves more than others")
     basis = fit_basis(list(features.values()))
     model = fit_linear({t: basis(f) for t, f in features.items()}, pairs)
-    return LinearHead(basis.mean, basis.std, basis.directions, model.weights).eval()
+    return LinearHead(basis.mean, basis.std, basis.directions, model.weights, model.covariance,
+                      pessimism).eval()
 
 
 def fit_any(features: dict[str, Tensor], pairs: dict[str, list[Pair]], config: FitConfig) -> nn.Module:
     """The head ``config.head`` names, fitted on ``pairs``."""
+    if config.pessimism < 0:
+        raise ValueError(f"picks.pessimism must be >= 0, got {config.pessimism:g}")
+    if config.pessimism > 0 and config.head != "linear":
+        raise ValueError("picks.pessimism needs the linear head (picks.head: linear): the MLP head has no "
+                         "posterior")
     if config.head == "linear":
-        return fit_linear_head(features, pairs)
+        return fit_linear_head(features, pairs, config.pessimism)
     if config.head == "mlp":
         return fit_head(features, pairs, config)
     raise ValueError(f"unknown personal-reward head {config.head!r}; expected {' or '.join(HEADS)}")
@@ -231,7 +255,7 @@ class PersonalReward:
 
 def build(weights: str | None, device: str | torch.device = "cpu", backbone_name: str = "pooled",
           backbone_weights: str | None = None, log: Callable[[str], None] = print,
-          built_backbone: Any = None, head: str = "linear") -> PersonalReward:
+          built_backbone: Any = None, head: str = "linear", pessimism: float = 0.0) -> PersonalReward:
     """The personal reward of the picks folder ``weights``; ``built_backbone``: the backbone's reward,
     when the run has already built it as one of its terms."""
     if not weights:
@@ -240,8 +264,9 @@ def build(weights: str | None, device: str | torch.device = "cpu", backbone_name
     store = PickStore(Path(weights))
     store.check()
     features = backbone(backbone_name, backbone_weights, device, built_backbone)
-    fit = fit_from_store(store, features, config=FitConfig(head=head))
-    log(f"personal reward ({head} head on {backbone_name} features): fitted on {fit.trees} labelled trees "
-        f"({fit.pairs} pairs); held-out pair accuracy {fit.held_out_accuracy:.3f} on "
+    fit = fit_from_store(store, features, config=FitConfig(head=head, pessimism=pessimism))
+    bound = f", its lower bound at {pessimism:g} posterior sd" if pessimism > 0 else ""
+    log(f"personal reward ({head} head on {backbone_name} features{bound}): fitted on {fit.trees} labelled "
+        f"trees ({fit.pairs} pairs); held-out pair accuracy {fit.held_out_accuracy:.3f} on "
         f"{fit.held_out_pairs} pairs of {fit.held_out_trees} trees")
     return PersonalReward(fit, features)

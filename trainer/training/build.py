@@ -86,7 +86,8 @@ def build_reward(config: TrainConfig) -> RewardMix:
         if shares_backbone(config):  # a guard term of the same CLIP: one copy serves both
             prebuilt[p.backbone] = get_reward(p.backbone, weights[p.backbone], device)
         prebuilt["picks"] = personal_reward(weights["picks"], device, p.backbone, p.backbone_weights,
-                                            built_backbone=prebuilt.get(p.backbone), head=p.head)
+                                            built_backbone=prebuilt.get(p.backbone), head=p.head,
+                                            pessimism=p.pessimism)
     return RewardMix(config.reward, weights, device, prebuilt)
 
 

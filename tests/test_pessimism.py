@@ -45,7 +45,7 @@ def test_pessimism_needs_the_linear_head_and_a_non_negative_beta() -> None:
         fit_any(features, pairs, FitConfig(head="mlp", pessimism=1.0))
     with pytest.raises(ValueError, match="must be >= 0"):
         fit_any(features, pairs, FitConfig(pessimism=-1.0))
-    with pytest.raises(ValueError, match="needs picks.head: linear"):
+    with pytest.raises(ValueError, match=r"needs picks\.head: linear"):
         load_config(TrainConfig, None, ["picks.head=mlp", "experimental.picks.pessimism=1"])
     config = load_config(TrainConfig, None, ["experimental.picks.pessimism=1.5"])
     assert config.picks.pessimism == 1.5 and load_config(TrainConfig, None, []).picks.pessimism == 0.0

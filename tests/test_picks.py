@@ -529,7 +529,8 @@ def test_an_ablation_takes_the_frontier_of_a_run_of_the_same_code_and_budget(
     bench.run_taste(budget, "larger_objects", source, ["lora.rank=4"], log=_quiet_log)
     assert given == {0: None, 1: None}
     ablation = replace(budget, seeds=3, mistakes=0.0, rounds=1)
-    extra = ["lora.rank=4", "guard.pairs=128", "guard.search=line"]  # options the frontier does not read
+    extra = ["lora.rank=4", "guard.pairs=128", "guard.search=line",  # options the frontier does not read
+             "experimental.picks.pessimism=1"]
     bench.run_taste(ablation, "larger_objects", tmp_path / "clean" / "larger_objects", extra, log=_quiet_log,
                     frontier_from=source / "taste.json")
     assert given[0]["0.3"]["gain"] == 0.1 and given[1]["0.3"]["gain"] == 1.1 and given[2] is None

@@ -434,7 +434,7 @@ def _best_point(result: SeedResult) -> tuple[Any, ...]:
 
 
 FRONTIER_BLIND = ("guard.pairs", "guard.search", "guard.strength_tries", "guard.margin", "guard.steer",
-                  "experimental.guard.steer")
+                  "experimental.guard.steer", "picks.pessimism", "experimental.picks.pessimism", "picks.head")
 """Options (``--set``) the frontier sets itself or never reads: a run that differs from another only in
 these (and in the person, the rounds or the tree counts) may take that run's frontier."""
 _NOT_FRONTIER = ("seeds", "trees", "at", "rounds", "mistakes", "likes", "dislikes", "margin", "modes",

@@ -260,7 +260,8 @@ def test_the_archived_3_seed_page_is_rendered_from_its_protocol_json() -> None:
 
 def test_the_readmes_verdict_table_is_the_one_rendered_from_docs_data() -> None:
     """README.md's short verdict table is what `treerpo bench report --readme` renders from
-    docs/data/protocol.json: per claim the figure with its 95% interval and the verdict, the seeds in its
+    docs/data/protocol.json: per claim the figure with its 95% interval, both Holm-adjusted p-values and
+    the verdict, the seeds in its
     header, a link to the page with both p-values, and a line saying that the ablation claims are
     untested there."""
     result = load(ROOT / "docs" / "data")
@@ -278,6 +279,8 @@ def test_the_readmes_verdict_table_is_the_one_rendered_from_docs_data() -> None:
         shown = verdicts[group] if verdicts[group] in ("met", "not met") else "inconclusive"
         assert row.endswith(f"| {shown} |"), row
         assert re.search(r"\(\S+ \.\. \S+\)", row), row  # every figure has its interval
+        t = next(t for t in tests if t.group == group and t.family == "primary")
+        assert f"| {t.p_adjusted:.2g}, {t.p_exact_adjusted:.2g} |" in row  # both Holm p-values
     assert "[docs/results.md](docs/results.md)" in table and "no ablation part" in table
 
 

@@ -758,6 +758,10 @@ def _short_value(t: Test) -> str:
     return text
 
 
+def _p_text(p: float) -> str:
+    return "n/a" if math.isnan(p) else f"{p:.2g}"
+
+
 def readme_claims(result: ProtocolResult, tests: Sequence[Test]) -> str:
     """The README's short verdict table, between its markers: per claim of the primary and
     ablation-claims families, the figure with its 95% interval and the verdict ("met" and "not met" only
@@ -765,12 +769,13 @@ def readme_claims(result: ProtocolResult, tests: Sequence[Test]) -> str:
     p-values and what each verdict rests on are on the results page it links to."""
     lines = [README_BEGIN,
              f"| the paper's claim | on the CPU test bed, {result.budget.seeds} paired seeds: mean (95% CI) "
-             "| verdict |", "|---|---|---|"]
+             "| Holm p: t test, exact | verdict |", "|---|---|---|---|"]
     for t in tests:
         if t.family not in ("primary", "ablation"):
             continue
         verdict = t.verdict if t.verdict in ("met", "not met") else "inconclusive"
-        lines.append(f"| {t.group} | {_short_value(t)} | {verdict} |")
+        ps = f"{_p_text(t.p_adjusted)}, {_p_text(t.p_exact_adjusted)}"
+        lines.append(f"| {t.group} | {_short_value(t)} | {ps} | {verdict} |")
     commands = " then ".join(f"`{c}`" for c in result.command.splitlines())
     lines += ["", f"From {commands}; rendered by `treerpo bench report --readme`. A verdict needs a paired t "
               "test and an exact sign-flip test to agree after Holm's correction, against every baseline "

@@ -261,9 +261,8 @@ def test_the_archived_3_seed_page_is_rendered_from_its_protocol_json() -> None:
 def test_the_readmes_verdict_table_is_the_one_rendered_from_docs_data() -> None:
     """README.md's short verdict table is what `treerpo bench report --readme` renders from
     docs/data/protocol.json: per claim the figure with its 95% interval, both Holm-adjusted p-values and
-    the verdict, the seeds in its
-    header, a link to the page with both p-values, and a line saying that the ablation claims are
-    untested there."""
+    the verdict, the seeds in its header, a link to the page with every p-value, and a line saying that
+    the ablation claims are untested there."""
     result = load(ROOT / "docs" / "data")
     tests = all_tests(result)
     table = readme_claims(result, tests)

@@ -508,6 +508,10 @@ def test_a_taste_run_records_its_code_and_refuses_to_resume_across_a_code_change
     with pytest.raises(ValueError, match=r"made by other code .*one code version") as refused:
         bench.run_taste(replace(budget, seeds=2), "larger_objects", out, log=_quiet_log, resume=True)
     assert "\n" not in str(refused.value) and (out / "taste.json").read_text() == before
+    monkeypatch.setattr(bench, "provenance", provenance.provenance)
+    with pytest.raises(ValueError, match="other --set options"):  # the same code, other options
+        bench.run_taste(replace(budget, seeds=2), "larger_objects", out, ["lora.rank=8"], log=_quiet_log,
+                        resume=True)
 
 
 def test_an_ablation_takes_the_frontier_of_a_run_of_the_same_code_and_budget(

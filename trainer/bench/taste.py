@@ -487,6 +487,9 @@ def run_taste(budget: TasteBudget, taste: str, out: Path, extra: Sequence[str] =
             raise ValueError(f"{path} was made with another budget: run without --resume into another --out")
         done = seed_results(previous)
         check_resume([r.code for r in done], code, path)
+        if "extra" in previous and list(previous["extra"]) != list(extra):
+            raise ValueError(f"{path} was made with other --set options ({previous['extra']}): run without "
+                             "--resume into another --out")
         if _redo_frontier(budget, done, previous, taste, extra, log, out / "before_after.png"):
             _write(path, done, budget, taste, command, wanted, extra)
     with tempfile.TemporaryDirectory(dir=out) as work:

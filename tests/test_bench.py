@@ -374,6 +374,7 @@ def test_the_main_part_then_the_ablation_part_continue_one_protocol_json(
     assert {r["arm"] for r in added} == {"no LayerTuning", "no clip"}
     assert both.lrs["no clip"] == sweeping.best_rate([r for r in added if r["arm"] == "no clip"])
     assert any(line.startswith("sweep no clip") for line in lines)
+    assert any(line.startswith("plan: sweep 2 ablation arms x 3 rates on validation") for line in lines)
     new = calls[main_runs:]
     assert {c[0] for c in new if c[1] == "published"} == {"no LayerTuning", "no clip"}
     assert {c[1] for c in new} == {"published", "rescale-all", "none"} and all(c[3] is None for c in new)

@@ -644,10 +644,13 @@ def sweep_ablations(saved: ProtocolResult, kept: list[Arm], base: Sequence[str],
         config = arm_config(base, arm, config_path, lr, b.sweep_seed, b.validation_seed)
         return sweep_run(config, arm, b, saved.clock, test_seed)
 
+    swept = [a for a in kept if a.name not in SAME_RATE]
+    clipped = {"capping dynamic clip", "capping fixed clip"} <= {a.name for a in kept}
+    log(f"plan: sweep {len(swept)} ablation arms x {len(b.lrs)} rates on validation"
+        + (f" (+ up to {len(swept) * b.max_extensions} runs extending the grid)" if b.max_extensions else "")
+        + (f", then the fixed clip at {len(FIXED_CLIPS)} bounds" if clipped else ""))
     rows: Rows = []
-    for arm in kept:
-        if arm.name in SAME_RATE:
-            continue
+    for arm in swept:
 
         def one(lr: float, arm: Arm = arm) -> dict[str, Any]:
             row = validation(arm, lr)
@@ -660,8 +663,7 @@ def sweep_ablations(saved: ProtocolResult, kept: list[Arm], base: Sequence[str],
         if arm.name in SAME_RATE:
             rates[arm.name] = rates.get(SAME_RATE[arm.name], saved.lrs[TREE])
     clips: Rows = []
-    names = {a.name for a in kept}
-    if {"capping dynamic clip", "capping fixed clip"} <= names:
+    if clipped:
         lr = rates["capping dynamic clip"]
         for clip in FIXED_CLIPS:
             row = {**validation(best_fixed_clip_arm(clip), lr), "clip": clip, "lr": lr}

@@ -570,3 +570,46 @@ def test_a_one_round_taste_run_measures_its_reward_on_the_trained_models_trees(t
     assert summary["extra"] == ["tree.steps=6", "sampling.eval_steps=3", "lora.rank=4"]
     assert [v["code"] for v in summary["code"]] == [code_fingerprint()]
     assert f"(code {code_fingerprint()})" in page.read_text()
+
+
+def test_a_taste_run_stopped_inside_a_seed_resumes_there_to_the_same_figures(
+        tmp_path: Path, monkeypatch) -> None:
+    """Each finished frontier arm and tree count is kept until its seed is whole: a run stopped inside a
+    seed resumes without training those again, and ends with the figures of a run never stopped."""
+    from dynamic_treerpo.trainer.bench import taste as bench
+
+    budget = replace(bench.QUICK, seeds=1, frontier_steer=False, rounds=1, frontier_weights=(0.3,))
+    extra = list(bench.QUICK_OVERRIDES)
+    whole = bench.run_taste(budget, "larger_objects", tmp_path / "whole", extra, log=_quiet_log)
+    one_round = bench._one_round
+    calls = {"frontier": 0, "method": 0}
+
+    def stopping(b, seed, store, ids, *args, **kwargs):
+        if len(ids) == 6:  # the second tree count: the process is stopped here
+            raise KeyboardInterrupt
+        return one_round(b, seed, store, ids, *args, **kwargs)
+
+    out = tmp_path / "stopped"
+    monkeypatch.setattr(bench, "_one_round", stopping)
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_taste(budget, "larger_objects", out, extra, log=_quiet_log)
+    assert sorted(p.name for p in (out / ".seed0.pieces").iterdir()) == [
+        "code.json", "frontier_0.3.json", "frontier_0.3.pt", "trees_3.json"]  # the grid's frontier row too
+    frontier_run = bench.frontier_run
+
+    def counting_frontier(*args, **kwargs):
+        calls["frontier"] += 1
+        return frontier_run(*args, **kwargs)
+
+    def counting_method(*args, **kwargs):
+        calls["method"] += 1
+        return one_round(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "frontier_run", counting_frontier)
+    monkeypatch.setattr(bench, "_one_round", counting_method)
+    resumed = bench.run_taste(budget, "larger_objects", out, extra, log=_quiet_log, resume=True)
+    assert calls == {"frontier": 0, "method": 1}  # only the tree count that had not finished
+    assert not (out / ".seed0.pieces").exists() and not list(out.glob("tmp*"))
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "code"} for r in rows]  # noqa: E731
+    assert strip(resumed["per_seed"]) == strip(whole["per_seed"])
+    assert (out / "before_after.png").is_file()

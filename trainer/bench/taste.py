@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -272,11 +273,13 @@ def on_policy_check(budget: TasteBudget, seed: int, n: int, trainer: Trainer, fi
 
 def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extra: Sequence[str],
              log: Callable[[str], None], grid: Path | None = None,
-             frontier: dict[str, dict[str, Any]] | None = None) -> SeedResult:
+             frontier: dict[str, dict[str, Any]] | None = None, pieces: Path | None = None) -> SeedResult:
     """One seed: the frontier, the person's trees, and the method at each tree count; ``grid``: write the
     test images before, from the picks and with the frontier's best there. ``frontier``: this seed's
     frontier from another run of the same code and budget (``--frontier-from``), not trained again (the
-    grid then has no frontier row)."""
+    grid then has no frontier row). ``pieces``: where each finished frontier arm and tree count is kept
+    until the seed is whole, so that a stopped run resumes inside the seed (its draws do not depend on
+    the pieces before it)."""
     name, taste = load_taste(taste_spec)
     scene = get_reward("scene")
     keep: dict[str, torch.Tensor] | None = {} if grid is not None else None
@@ -292,20 +295,22 @@ def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extr
         result.oracle = {"taste": best["taste"], "scene": best["scene"], "weight": best["weight"]}
         log(f"{name} seed {seed}: the frontier of --frontier-from, taste {best['gain']:+.4f}")
     else:
-        best = frontier_runs(budget, result, taste_spec, extra, log, keep)
+        best = frontier_runs(budget, result, taste_spec, extra, log, keep, pieces)
     if keep is not None:  # one frontier row in the grid: the best weight's
         best_row = f"frontier {frontier_name(best['weight'])}"
         keep = {k: v for k, v in keep.items() if not k.startswith("frontier") or k == best_row}
     person = SimulatedPerson(taste, budget.likes, budget.dislikes, budget.mistakes)
     store, ids = person_trees(budget, seed, folder / f"seed{seed}", person, extra)
+    def method(n: int, shown: dict[str, torch.Tensor] | None) -> dict[str, Any]:
+        if budget.rounds == 2:
+            return two_rounds(budget, seed, store, ids, n, taste, scene, extra, person, before, shown)
+        run, (trainer, fit) = _one_round(budget, seed, store, ids[:n], taste, scene, extra, shown, before)
+        run["on_policy"] = on_policy_check(budget, seed, n, trainer, fit, store, ids[:n], person)
+        return run
+
     for n in budget.tree_counts():
         shown = keep if keep is not None and n == _grid_count(budget) else None
-        if budget.rounds == 2:
-            run = two_rounds(budget, seed, store, ids, n, taste, scene, extra, person, before, shown)
-        else:
-            run, (trainer, fit) = _one_round(budget, seed, store, ids[:n], taste, scene, extra, shown, before)
-            run["on_policy"] = on_policy_check(budget, seed, n, trainer, fit, store, ids[:n], person)
-            del trainer
+        run = _run_piece(pieces, f"trees_{n}", shown, lambda n=n, shown=shown: method(n, shown))
         result.reward[n] = run
         log(f"{name} seed {seed}, {n} trees: held-out pair accuracy {run['accuracy']:.3f}; taste "
             f"{run['taste'] - before['taste']:+.4f}, scene {run['scene'] - before['scene']:+.4f}; "
@@ -315,15 +320,51 @@ def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extr
     return result
 
 
+def load_piece(pieces: Path | None, name: str, keep: dict[str, torch.Tensor] | None) -> dict[str, Any] | None:
+    """A finished piece of a seed (a frontier arm, a tree count) kept in ``pieces``, its grid rows put
+    into ``keep``; None when it has not run."""
+    if pieces is None or not (pieces / f"{name}.json").is_file():
+        return None
+    images = pieces / f"{name}.pt"
+    if keep is not None and images.is_file():
+        keep.update(torch.load(images, weights_only=True))
+    return json.loads((pieces / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def save_piece(pieces: Path | None, name: str, value: dict[str, Any], rows: dict[str, torch.Tensor]) -> None:
+    """Keep a finished piece (and the grid rows it made) until its seed is whole."""
+    if pieces is None:
+        return
+    if rows:
+        torch.save(rows, pieces / f"{name}.pt")
+    atomic_write_text(pieces / f"{name}.json", json.dumps(value) + "\n")
+
+
+def _run_piece(pieces: Path | None, name: str, keep: dict[str, torch.Tensor] | None,
+               run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()`` unless ``pieces`` holds its result already (a resumed seed); kept there after."""
+    found = load_piece(pieces, name, keep)
+    if found is not None:
+        return found
+    had = set(keep or {})
+    value = run()
+    save_piece(pieces, name, value, {k: v for k, v in (keep or {}).items() if k not in had})
+    return value
+
+
 def frontier_runs(budget: TasteBudget, result: SeedResult, taste_spec: str, extra: Sequence[str],
-                  log: Callable[[str], None], keep: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
-    """The frontier at every weight into ``result`` (its ``frontier`` and ``oracle``); the best run."""
+                  log: Callable[[str], None], keep: dict[str, torch.Tensor] | None = None,
+                  pieces: Path | None = None) -> dict[str, Any]:
+    """The frontier at every weight into ``result`` (its ``frontier`` and ``oracle``); the best run.
+    ``pieces``: where each finished arm is kept until the seed is whole (a stopped run resumes there)."""
     name = taste_spec.rpartition(":")[2]
     result.frontier = {}
     arms = [(f"{w:g}", w, False) for w in budget.frontier_weights]
     arms += [("steered", budget.picks_weight, True)] if budget.frontier_steer else []
     for key, weight, steer in arms:
-        run = frontier_run(budget, result.seed, weight, taste_spec, extra, keep, steer)
+        def arm(w: float = weight, s: bool = steer) -> dict[str, Any]:
+            return frontier_run(budget, result.seed, w, taste_spec, extra, keep, s)
+        run = _run_piece(pieces, f"frontier_{key}", keep, arm)
         result.frontier[key] = run
         what = "steered by the guard" if steer else f"at weight {weight:g}"
         log(f"{name} seed {result.seed} frontier {what}: taste {run['gain']:+.4f} at iteration "
@@ -476,6 +517,9 @@ def run_taste(budget: TasteBudget, taste: str, out: Path, extra: Sequence[str] =
     ``taste.json`` whose frontier the seeds take instead of training it again (an ablation of the method,
     on the same seeds)."""
     out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("tmp*"):  # the person's trees of a run that was stopped (made again as needed)
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
     path = out / "taste.json"
     code = provenance()
     borrowed = borrowed_frontiers(frontier_from, budget, extra, code) if frontier_from else {}
@@ -497,11 +541,28 @@ def run_taste(budget: TasteBudget, taste: str, out: Path, extra: Sequence[str] =
             if any(r.seed == seed for r in done):
                 continue
             grid = out / "before_after.png" if seed == wanted[0] else None
-            result = run_seed(budget, seed, taste, Path(work), extra, log, grid, borrowed.get(seed))
+            pieces = seed_pieces(out, seed, code, resume)
+            result = run_seed(budget, seed, taste, Path(work), extra, log, grid, borrowed.get(seed), pieces)
             result.code = code
             done.append(result)
             _write(path, done, budget, taste, command, wanted, extra)
+            shutil.rmtree(pieces, ignore_errors=True)  # the seed is whole in taste.json
     return reload(out)
+
+
+def seed_pieces(out: Path, seed: int, code: dict[str, Any], resume: bool) -> Path:
+    """The folder that keeps a seed's finished pieces while it runs: reused by ``--resume`` when the
+    same code made it (refused in one line otherwise), emptied for a fresh run."""
+    pieces = out / f".seed{seed}.pieces"
+    stamp = pieces / "code.json"
+    if pieces.exists() and resume and stamp.is_file():
+        made = json.loads(stamp.read_text(encoding="utf-8"))
+        check_resume([made], code, pieces)
+        return pieces
+    shutil.rmtree(pieces, ignore_errors=True)
+    pieces.mkdir(parents=True)
+    atomic_write_text(stamp, json.dumps(code) + "\n")
+    return pieces
 
 
 def _write(path: Path, done: list[SeedResult], budget: TasteBudget, taste: str, command: str,

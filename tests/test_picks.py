@@ -524,7 +524,7 @@ def test_an_ablation_takes_the_frontier_of_a_run_of_the_same_code_and_budget(
                      rounds=1)
     given: dict[int, object] = {}
 
-    def seed_run(b, seed, taste, folder, extra, log, grid=None, frontier=None):
+    def seed_run(b, seed, taste, folder, extra, log, grid=None, frontier=None, pieces=None):
         given[seed] = frontier
         return _fake_seed(seed, 0.1 + seed)
 

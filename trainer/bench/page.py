@@ -688,14 +688,12 @@ def _header(result: ProtocolResult) -> list[str]:
 
 def code_text(code: Sequence[dict[str, Any]]) -> str:
     """Which code version made the runs: one for a published protocol."""
-    unique = list({c["code"]: c for c in code}.values())
+    from .provenance import distinct
+    from .provenance import version_name as name
+
+    unique = distinct(code)
     if not unique:
         return "This protocol.json recorded no code version (it was made before 0.3.1)."
-
-    def name(c: dict[str, Any]) -> str:
-        commit = (c.get("commit") or "an unknown commit")[:12]
-        dirty = " with uncommitted changes" if c.get("dirty") else ""
-        return f"`{commit}`{dirty} (code {c['code']})"
 
     parts = ", ".join(dict.fromkeys(c["part"] for c in code))
     if len(unique) == 1:

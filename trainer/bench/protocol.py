@@ -531,13 +531,9 @@ def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | No
 
     rows: list[dict[str, Any]] = []
     for arm in main:
-        def one(lr: float, arm: Arm = arm) -> dict[str, Any]:
-            config = arm_config(base, arm, config_path, lr, budget.sweep_seed, budget.validation_seed)
-            row = sweep_run(config, arm, budget, clock, test_seed)
-            log(f"sweep {arm.name:<26} lr {lr:<8g} validation {row['validation_reward']:.4f} "
-                f"(before {row['validation_base']:.4f})")
-            return row
-        rows += sweeping.sweep_arm(arm.name, budget.lrs, one, budget.max_extensions, log)
+        rows += sweep_rates(arm, budget, lambda lr, arm=arm: sweep_run(
+            arm_config(base, arm, config_path, lr, budget.sweep_seed, budget.validation_seed), arm, budget,
+            clock, test_seed), log)
     lrs = sweeping.best_rates(rows)
     for a in chosen:
         lrs.setdefault(a.name, lrs.get(TREE, budget.lrs[0]))
@@ -631,6 +627,17 @@ def stamp_code(result: ProtocolResult, part: str, code: dict[str, Any], fresh: b
 Rows = list[dict[str, Any]]
 
 
+def sweep_rates(arm: Arm, budget: Budget, validate: Callable[[float], dict[str, Any]],
+                log: Callable[[str], None]) -> Rows:
+    """``arm`` swept over the budget's rates (``validate``: one sweep run at a rate), each row logged."""
+    def one(lr: float) -> dict[str, Any]:
+        row = validate(lr)
+        log(f"sweep {arm.name:<26} lr {lr:<8g} validation {row['validation_reward']:.4f} "
+            f"(before {row['validation_base']:.4f})")
+        return row
+    return sweeping.sweep_arm(arm.name, budget.lrs, one, budget.max_extensions, log)
+
+
 def sweep_ablations(saved: ProtocolResult, kept: list[Arm], base: Sequence[str], config_path: str | None,
                     log: Callable[[str], None]) -> tuple[Rows, Rows, list[Arm], dict[str, float]]:
     """The ablation part's sweep on validation pairs, as the main part's: each ablation arm's own rate
@@ -651,13 +658,7 @@ def sweep_ablations(saved: ProtocolResult, kept: list[Arm], base: Sequence[str],
         + (f", then the fixed clip at {len(FIXED_CLIPS)} bounds" if clipped else ""))
     rows: Rows = []
     for arm in swept:
-
-        def one(lr: float, arm: Arm = arm) -> dict[str, Any]:
-            row = validation(arm, lr)
-            log(f"sweep {arm.name:<26} lr {lr:<8g} validation {row['validation_reward']:.4f} "
-                f"(before {row['validation_base']:.4f})")
-            return row
-        rows += sweeping.sweep_arm(arm.name, b.lrs, one, b.max_extensions, log)
+        rows += sweep_rates(arm, b, lambda lr, arm=arm: validation(arm, lr), log)
     rates = sweeping.best_rates(rows)
     for arm in kept:
         if arm.name in SAME_RATE:

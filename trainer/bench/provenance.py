@@ -88,3 +88,15 @@ def versions(stored: Iterable[Mapping[str, Any] | None]) -> list[dict[str, Any]]
         if part is not None and dict(part) not in out:
             out.append(dict(part))
     return out
+
+
+def distinct(found: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The code versions among ``found``, one per fingerprint, in order."""
+    return list({v["code"]: v for v in found}.values())
+
+
+def version_name(version: Mapping[str, Any]) -> str:
+    """A code version as a page names it: its commit, whether it had uncommitted changes, its fingerprint."""
+    commit = (version.get("commit") or "an unknown commit")[:12]
+    dirty = " with uncommitted changes" if version.get("dirty") else ""
+    return f"`{commit}`{dirty} (code {version['code']})"

@@ -132,15 +132,12 @@ def _commands(summaries: Sequence[dict[str, Any]], command: str) -> list[str]:
 
 def code_line(summaries: Sequence[dict[str, Any]]) -> str:
     """Which code version made the figures: one commit for a published run, else every version named."""
-    found = [v for s in summaries for v in s.get("code", [])]
-    unique = list({v["code"]: v for v in found}.values())
+    from .provenance import distinct
+    from .provenance import version_name as name
+
+    unique = distinct(v for s in summaries for v in s.get("code", []))
     if not unique:
         return "These runs recorded no code version (made before 0.3.1)."
-
-    def name(v: dict[str, Any]) -> str:
-        commit = (v.get("commit") or "an unknown commit")[:12]
-        dirty = " with uncommitted changes" if v.get("dirty") else ""
-        return f"`{commit}`{dirty} (code {v['code']})"
 
     if len(unique) == 1:
         return f"Made at one code version: {name(unique[0])}."

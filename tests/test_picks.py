@@ -294,6 +294,23 @@ def test_bench_taste_quick_measures_two_tastes_against_their_frontier(tmp_path: 
                            timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert page.read_text() == text  # the section is replaced, not appended again
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- bench taste summary: begin -->\n<!-- bench taste summary: end -->\n")
+    short = subprocess.run([*TREERPO, "bench", "taste", "--quick", "--report", "--out",
+                            str(tmp_path / "runs"), "--readme", str(readme)],
+                           capture_output=True, text=True, timeout=300)
+    assert short.returncode == 0, short.stderr[-2000:]
+    assert "| lower_objects (against the prompt) | " in readme.read_text()
+    assert "Runs whose held-out fall went past the limit: " in readme.read_text()
+
+
+def test_bench_taste_refuses_a_readme_without_its_markers_before_anything_runs(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# a README with no taste block\n")
+    out = subprocess.run([*TREERPO, "bench", "taste", "--quick", "--out", str(tmp_path / "runs"),
+                          "--readme", str(readme)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no taste block between" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
 
 
 def test_the_linear_head_learns_a_size_taste_from_few_trees() -> None:

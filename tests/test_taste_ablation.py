@@ -88,3 +88,24 @@ def test_the_page_gives_the_pooled_share_the_risk_count_the_decomposition_and_th
     assert "**1 of 6**" in text and "50 trees 50% (" in text
     assert "| lower_objects | +0.200 | +0.150 (75%) | +0.120 (60%) | +0.100 (50%) |" in text
     assert "| error-free picks | 3 (lower_objects) | 65%" in text
+
+
+def test_the_readme_block_gives_each_taste_the_pooled_share_the_risk_and_each_arm() -> None:
+    from dynamic_treerpo.trainer.bench.taste_readme import BEGIN, END, readme_block, with_readme_block
+
+    main = [_summary("lower_objects", [0.1, 0.1, 0.1], [-0.01, -0.03, -0.01]),
+            _summary("warm_shades", [0.2, 0.2, 0.2], [-0.01, -0.01, -0.01])]
+    arm = [_summary("lower_objects", [0.15, 0.16, 0.14], [-0.01, -0.01, -0.01])]
+    block = readme_block(main, {"two rounds": arm})
+    assert block.startswith(BEGIN) and block.endswith(END)
+    # the frontier is 0.2 on every seed: 50% and 100% of it, the 80% target read per seed
+    assert "| lower_objects (against the prompt) | +0.200 | 50% (not met) | -0.017 |" in block
+    assert "| warm_shades (against the prompt) | +0.200 | 100% (met) | -0.010 |" in block
+    assert "50 trees 75% (" in block  # the six runs pooled
+    assert "went past the limit: 1 of 6." in block  # lower_objects seed 1 fell 0.03 against 0.02
+    assert "- two rounds, at 50 trees against the default on the same 3 runs: +25 points (" in block
+    readme = f"# x\n\nbefore\n{BEGIN}\nold figures\n{END}\nafter\n"
+    new = with_readme_block(readme, block)
+    assert "old figures" not in new and new.startswith("# x\n\nbefore\n") and new.endswith("\nafter\n")
+    with pytest.raises(ValueError, match="no taste block"):
+        with_readme_block("# x\n", block)

@@ -235,6 +235,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                         "for more arms; the one run with --mistakes 0 also fills the decomposition)")
     t.add_argument("--docs", type=Path, default=None,
                    help="also write the figures as a section of this page (e.g. docs/results.md)")
+    t.add_argument("--readme", type=Path, default=None,
+                   help="also write the short table between the README's taste markers (e.g. README.md)")
     t.add_argument("--report", action="store_true",
                    help="train nothing: summarise --out's taste.json files again (and write --docs)")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -335,12 +337,18 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
 
     from .bench.taste import QUICK, QUICK_OVERRIDES, QUICK_TASTES, TASTE_SET, TasteBudget, reload, run_taste
     from .bench.taste_page import overall_lines, write_docs
+    from .bench.taste_readme import readme_block, with_readme_block
     from .bench.taste_summary import format_summary
+    from .utils.atomic import atomic_write_text
 
     default = QUICK_TASTES if args.quick else TASTE_SET
     tastes = [t.strip() for t in args.tastes.split(",")] if args.tastes else list(default)
     outs = [args.out / t.rpartition(":")[2] for t in tastes]
     command = _taste_command(args)
+    if args.readme:  # a README without the markers is refused before anything runs
+        if not args.readme.is_file():
+            raise ValueError(f"--readme {args.readme}: no such file")
+        with_readme_block(args.readme.read_text(encoding="utf-8"), "")
     if args.report:
         summaries = [reload(out) for out in outs]
     else:
@@ -364,6 +372,10 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
         print(line)
     if args.docs:
         print(f"written: {write_docs(summaries, outs, args.docs, command, arms)}")
+    if args.readme:
+        text = with_readme_block(args.readme.read_text(encoding="utf-8"), readme_block(summaries, arms))
+        atomic_write_text(args.readme, text)
+        print(f"written: {args.readme}")
     return 0
 
 
@@ -402,6 +414,7 @@ def _taste_command(args: argparse.Namespace) -> str:
         parts += ["--frontier-from", str(args.frontier_from)]
     parts += ["--resume"] * args.resume + ["--report"] * args.report
     parts += ["--docs", str(args.docs)] * (args.docs is not None)
+    parts += ["--readme", str(args.readme)] * (getattr(args, "readme", None) is not None)
     return " ".join(shlex.quote(p) for p in parts)
 
 

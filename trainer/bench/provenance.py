@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 PRESENTATION = frozenset({
     "bench/page.py", "bench/report.py", "bench/results.py", "bench/taste_page.py", "bench/taste_summary.py",
     "bench/stats.py", "bench/claims.py", "bench/provenance.py", "bench/taste_ablation.py",
-    "bench/disturbed.py", "guard/figures.py",
+    "bench/disturbed.py", "bench/taste_readme.py", "guard/figures.py",
 })
 """Modules (relative to ``trainer/``) that only summarise, test or draw stored figures: changing them
 changes no draw, and a stored run is re-summarised with the current version anyway."""

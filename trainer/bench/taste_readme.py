@@ -1,0 +1,99 @@
+"""``treerpo bench taste --readme``: the README's short form of the taste table, between its markers.
+
+The README is the front door: one row per taste (the share of the oracle frontier at each labelled-tree
+count, with the target's reading), every run pooled, the risk count and one line per ablation arm, all
+rendered from the same ``taste.json`` files as docs/results.md, so the two never disagree. Why a marked
+block and not prose: hand-copied figures drift when a run is redone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from .taste_ablation import arm_row, pooled_share, risk_count, verdict
+from .taste_page import ABLATION_TREES, AGAINST_PROMPT
+
+BEGIN = "<!-- bench taste summary: begin -->"
+END = "<!-- bench taste summary: end -->"
+
+
+def _pct_ci(e: dict[str, Any]) -> str:
+    if not math.isfinite(e["ci95"]):
+        return f"{e['mean']:.0%}"
+    return f"{e['mean']:.0%} ({e['mean'] - e['ci95']:.0%} to {e['mean'] + e['ci95']:.0%})"
+
+
+def _points(e: dict[str, Any]) -> str:
+    """A difference of shares in percentage points, with its 95% interval."""
+    mean, half = 100 * e["mean"], 100 * e["ci95"]
+    if not math.isfinite(half):
+        return f"{mean:+.0f} points"
+    return f"{mean:+.0f} points ({mean - half:+.0f} to {mean + half:+.0f})"
+
+
+def share_cell(row: dict[str, Any]) -> str:
+    """A taste's share of its frontier at one tree count, and the target's word where there is one."""
+    share = row["share_of_frontier"]
+    text = f"{share:.0%}" if math.isfinite(share) else "n/a"
+    target = row.get("target")
+    return text + (f" ({target['reading']})" if target else "")
+
+
+def taste_line(summary: dict[str, Any], counts: Sequence[str]) -> str:
+    """One taste's row: its share of the frontier at each count, and the prompt-following change at the
+    ablation's count (or the last)."""
+    name = summary["taste"] + (" (against the prompt)" if summary["taste"] in AGAINST_PROMPT else "")
+    rows = summary["by_trees"]
+    cells = [share_cell(rows[n]) if n in rows else "not run" for n in counts]
+    at = ABLATION_TREES if ABLATION_TREES in rows else list(rows)[-1]
+    guard = rows[at]["guard_change"]
+    return (f"| {name} | {summary['frontier']['gain']['mean']:+.3f} | " + " | ".join(cells)
+            + f" | {guard['mean']:+.3f} |")
+
+
+def readme_block(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict[str, Any]]] | None = None,
+                 page: str = "docs/results.md#every-taste-learning-from-picks-under-the-guard") -> str:
+    """The block, markers included."""
+    first = summaries[0]
+    b = first["budget"]
+    counts = list(first["by_trees"])
+    seeds = len(first["seeds"])
+    at = ABLATION_TREES if ABLATION_TREES in counts else counts[-1]
+    lines = [
+        BEGIN,
+        f"From your picks: a simulated person ({b['mistakes']:.0%} of its marks mistakes) labels trees of "
+        f"the embedded model for a hidden taste, and the guard keeps prompt-following at `{b['keep']}` "
+        f"(a fall of at most {first['by_trees'][at]['guard_limit']:.2f}). The share of the **oracle "
+        "frontier** the taste reached (the frontier trains the hidden taste itself as the reward and "
+        f"chooses on the test pairs: a ceiling), from mean gains over {seeds} seeds, on "
+        f"{b['eval_pairs']} held-out test pairs, with the target's reading (50% at 25 trees, 80% at 50):",
+        "",
+        "| taste | oracle frontier | " + " | ".join(f"{n} trees" for n in counts)
+        + f" | prompt-following change at {at} |",
+        "|---|---|" + "---|" * len(counts) + "---|",
+        *[taste_line(s, counts) for s in summaries],
+        "",
+    ]
+    pooled = [(n, pooled_share(summaries, n)) for n in counts]
+    risk = risk_count(summaries)
+    lines.append("Every taste and seed, each run's share of its own frontier: "
+                 + "; ".join(f"{n} trees {_pct_ci(e)}" for n, e in pooled if e["n"])
+                 + f". Runs whose held-out fall went past the limit: {risk['past']} of {risk['runs']}.")
+    for name, arm in (arms or {}).items():
+        row = arm_row(summaries, arm, at)
+        if row["runs"]:
+            lines.append(f"- {name}, at {at} trees against the default on the same {row['runs']} runs: "
+                         f"{_points(row['difference'])}, {verdict(row)}.")
+    lines += ["", "Every figure with its interval, the ablations and where the rest goes: "
+                  f"[{page.split('#')[0]}]({page}).", END]
+    return "\n".join(lines)
+
+
+def with_readme_block(text: str, block: str) -> str:
+    """``text`` (the README) with its taste block replaced; a README without the markers is refused."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"the README has no taste block between {BEGIN!r} and {END!r}")
+    return text[:start] + block + text[end + len(END):]

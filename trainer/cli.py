@@ -366,7 +366,7 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
                      for taste, out in zip(tastes, outs, strict=True)]
     for summary, out in zip(summaries, outs, strict=True):
         print(format_summary(summary))
-        print(f"written: {out / 'taste.json'}")
+        print(f"{'read' if args.report else 'written'}: {out / 'taste.json'}")
     arms = _taste_arms(args.arms, [out.name for out in outs])
     for line in overall_lines(summaries, arms):
         print(line)

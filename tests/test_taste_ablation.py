@@ -109,3 +109,24 @@ def test_the_readme_block_gives_each_taste_the_pooled_share_the_risk_and_each_ar
     assert "old figures" not in new and new.startswith("# x\n\nbefore\n") and new.endswith("\nafter\n")
     with pytest.raises(ValueError, match="no taste block"):
         with_readme_block("# x\n", block)
+
+
+def test_the_stated_risk_is_summed_over_runs_and_set_beside_the_runs_that_went_past() -> None:
+    main = [_summary("lower_objects", [0.1, 0.1, 0.1], [-0.01, -0.03, -0.01])]
+    stated = ab.stated_risk(main)
+    # each chosen checkpoint fell 0.005 on validation with a standard error of 0.01, limit 0.02:
+    # P(Z > 1.5) = 0.0668 per run
+    assert stated["runs"] == 3 and stated["past"] == 1
+    assert stated["expected"] == pytest.approx(3 * 0.0668, abs=1e-3)
+
+
+def test_the_fall_gap_compares_every_checkpoint_on_validation_and_test_pairs() -> None:
+    gap = ab.fall_gap(_summary("lower_objects", [0.1, 0.1, 0.1], [-0.01, -0.01, -0.01]))
+    # per seed two checkpoints: validation falls 0.005 and 0.015, test falls 0.01 and 0.02
+    assert gap["points"] == 6
+    assert gap["validation"] == pytest.approx(0.01) and gap["test"] == pytest.approx(0.015)
+    assert gap["gap"] == pytest.approx(0.005) and gap["gap_sd"] == pytest.approx(0.0, abs=1e-9)
+    page = markdown([_summary("lower_objects", [0.1, 0.1, 0.1], [-0.01, -0.03, -0.01])], None, "cmd")
+    assert "expects 0.2 of those 3 runs past the limit" in page and "1 went past on the test pairs" in page
+    # seed 1 fell 0.02 further on the test pairs than the others, at both checkpoints
+    assert "| lower_objects | 6 | +0.0100 | +0.0217 | +0.0117 (0.0103) |" in page

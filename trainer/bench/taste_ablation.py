@@ -172,3 +172,60 @@ def pooled_share(summaries: Sequence[dict[str, Any]], n: str) -> dict[str, Any]:
     shares = [v["share"] for s in summaries if n in s["by_trees"] for v in run_shares(s, n).values()
               if math.isfinite(v["share"])]
     return _estimate(shares) if shares else {"mean": math.nan, "ci95": math.nan, "n": 0}
+
+
+def _chosen_point(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The stored point the guard chose in a method run (None: it returned the base model)."""
+    chosen = run["chosen"]
+    if not chosen["iteration"]:
+        return None
+    return next((p for p in run["points"]
+                 if (p["iteration"], p["strength"]) == (chosen["iteration"], chosen["strength"])), None)
+
+
+def stated_risk(summaries: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The runs past the limit that the node's stated risk expects (the sum over every run of its chosen
+    checkpoint's chance, from its validation fall and standard error) against those that went past on
+    the test pairs."""
+    from ..guard.choice import past_limit_chance
+
+    expected, runs = 0.0, 0
+    for s in summaries:
+        for seed in s["per_seed"]:
+            for run in seed["reward"].values():
+                point = _chosen_point(run)
+                runs += 1
+                if point is not None:
+                    base = run["points"][0]
+                    expected += past_limit_chance(base["guard"] - point["guard"], point["guard_se"],
+                                                  run["limit"])
+    return {"expected": expected, "past": risk_count(summaries)["past"], "runs": runs}
+
+
+def fall_gap(summary: dict[str, Any]) -> dict[str, Any]:
+    """Every checkpoint and strength of a taste's method runs measured on both pair sets: the mean fall
+    of prompt-following on the validation pairs (what the guard chooses on) and on the test pairs, and
+    the mean of their difference (test minus validation) with its standard deviation."""
+    validation, test = [], []
+    for seed in summary["per_seed"]:
+        for run in seed["reward"].values():
+            base = run["points"][0]
+            for p in run["points"][1:]:
+                if "test_scene" in p and "test_scene" in base:
+                    validation.append(base["guard"] - p["guard"])
+                    test.append(base["test_scene"] - p["test_scene"])
+    gaps = [t - v for t, v in zip(test, validation, strict=True)]
+    return {"taste": summary["taste"], "points": len(gaps), "validation": _mean(validation),
+            "test": _mean(test), "gap": _mean(gaps),
+            "gap_sd": statistics.stdev(gaps) if len(gaps) > 1 else math.nan}
+
+
+def fall_gap_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """The table of :func:`fall_gap`, a row per taste."""
+    lines = ["| taste | checkpoints measured on both | validation fall | test fall | "
+             "test minus validation (sd) |", "|---|---|---|---|---|"]
+    for g in map(fall_gap, summaries):
+        if g["points"]:
+            lines.append(f"| {g['taste']} | {g['points']} | {g['validation']:+.4f} | {g['test']:+.4f} | "
+                         f"{g['gap']:+.4f} ({g['gap_sd']:.4f}) |")
+    return lines

@@ -20,8 +20,10 @@ from .taste_ablation import (
     arm_row,
     decomposition,
     decomposition_lines,
+    fall_gap_lines,
     pooled_share,
     risk_count,
+    stated_risk,
 )
 
 MARK = "<!-- bench taste{key}: {edge} -->"
@@ -159,6 +161,14 @@ def overall_lines(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict
                                          f"{e['n']} runs)" if math.isfinite(e["ci95"]) else "")
         for n, e in pooled) + ". Runs whose held-out fall of prompt-following went past the limit: "
         f"**{risk['past']} of {risk['runs']}** (every taste, seed and tree count)."]
+    stated = stated_risk(summaries)
+    if stated["runs"]:
+        lines += [
+            "", f"The risk the node states expects {stated['expected']:.1f} of those {stated['runs']} runs "
+            f"past the limit (the sum of each chosen checkpoint's chance); {stated['past']} went past on the "
+            "test pairs. The guard measures on validation pairs and the table on test pairs, two fixed sets "
+            "that every seed shares, so a difference between the sets is one draw that every run carries. "
+            "Every checkpoint measured on both sets, per taste:", "", *fall_gap_lines(summaries)]
     n = ABLATION_TREES
     if all(n in s["by_trees"] for s in summaries):
         clean = next((arm for arm in arms.values() if arm and arm[0]["budget"].get("mistakes") == 0), [])

@@ -803,9 +803,15 @@ def _readme_disturbed(result: ProtocolResult, tests: Sequence[Test]) -> list[str
             f"\"Clean seconds\"): {'; '.join(changed)}."]
 
 
+def replace_marked(text: str, begin: str, end: str, block: str, what: str) -> str:
+    """``text`` with everything from ``begin`` to ``end`` (markers included) replaced by ``block``;
+    refused, naming ``what`` is missing, when the markers are not there in that order."""
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"the README has no {what} between {begin!r} and {end!r}")
+    return text[:start] + block + text[stop + len(end):]
+
+
 def with_readme_claims(text: str, table: str) -> str:
     """``text`` (the README) with the block between its markers replaced by ``table``."""
-    start, end = text.find(README_BEGIN), text.find(README_END)
-    if start < 0 or end < start:
-        raise ValueError(f"the README has no verdict table between {README_BEGIN!r} and {README_END!r}")
-    return text[:start] + table + text[end + len(README_END):]
+    return replace_marked(text, README_BEGIN, README_END, table, "verdict table")

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from .page import replace_marked
 from .taste_ablation import arm_row, pooled_share, risk_count, verdict
 from .taste_page import ABLATION_TREES, AGAINST_PROMPT
 
@@ -93,7 +94,4 @@ def readme_block(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict[
 
 def with_readme_block(text: str, block: str) -> str:
     """``text`` (the README) with its taste block replaced; a README without the markers is refused."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"the README has no taste block between {BEGIN!r} and {END!r}")
-    return text[:start] + block + text[end + len(END):]
+    return replace_marked(text, BEGIN, END, block, "taste block")

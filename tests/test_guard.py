@@ -160,15 +160,19 @@ def test_a_guarded_run_measures_the_base_and_its_checkpoints_on_pairs_it_never_t
 def test_the_policy_carries_the_chosen_checkpoint_and_another_can_be_taken(guarded_run) -> None:
     trainer, _, result, _, _ = guarded_run
     transformer = trainer.policy.transformer
+
+    def live() -> dict[str, torch.Tensor]:
+        """The model's LoRA, on the CPU where the kept checkpoints are (the model may be on a GPU)."""
+        return {k: v.cpu() for k, v in lora_state_dict(transformer).items()}
+
     point = result.choice.point
-    live = lora_state_dict(transformer)
     expected = result.weights(0, 0.0) if point is None else result.weights(point.iteration, point.strength)
-    assert all(torch.equal(live[k], expected[k]) for k in live)
+    assert all(torch.equal(v, expected[k]) for k, v in live().items())
     other = result.take(2, 0.5)
     result.apply(transformer, other)
-    live = lora_state_dict(transformer)
-    assert all(torch.allclose(live[k], result.weights(2, 0.5)[k]) for k in live)
-    assert any(not torch.equal(v, result.snapshots[2][k]) for k, v in live.items() if "lora_B" in k)
+    taken = live()
+    assert all(torch.allclose(v, result.weights(2, 0.5)[k]) for k, v in taken.items())
+    assert any(not torch.equal(v, result.snapshots[2][k]) for k, v in taken.items() if "lora_B" in k)
 
 
 def test_a_guarded_run_saves_and_reads_back_with_its_figures(guarded_run) -> None:

@@ -1,0 +1,76 @@
+"""The taste table that docs/results.md and the README publish is rendered, by the report command the page
+names, from the runs stored under docs/data/ (the table and every ablation arm): no figure on either page
+is typed by hand, and the table is whole (every taste, 5 seeds, one code version)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from dynamic_treerpo.trainer import cli
+from dynamic_treerpo.trainer.bench.taste import TASTE_SET, reload
+from dynamic_treerpo.trainer.bench.taste_page import AGAINST_PROMPT, write_docs
+from dynamic_treerpo.trainer.bench.taste_readme import BEGIN, END, readme_block
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def report_command(page: str) -> list[str]:
+    """The report command the taste section names (the line that reads the stored runs)."""
+    start, end = page.index("<!-- bench taste every taste: begin -->"), page.index(
+        "<!-- bench taste every taste: end -->")
+    lines = [line for line in page[start:end].splitlines()
+             if line.startswith("treerpo bench taste ") and " --report" in line]
+    assert len(lines) == 1, "the taste section names one report command"
+    return shlex.split(lines[0])
+
+
+def readme_section(text: str) -> str:
+    return text[text.index(BEGIN):text.index(END) + len(END)]
+
+
+@pytest.fixture
+def published(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """The report command's arguments and what it reads, with paths relative to the checkout."""
+    monkeypatch.chdir(ROOT)
+    page = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    argv = report_command(page)
+    assert argv[:3] == ["treerpo", "bench", "taste"]
+    args = cli.build_parser().parse_args(argv[1:])
+    tastes = [t.strip() for t in args.tastes.split(",")] if args.tastes else list(TASTE_SET)  # as the CLI
+    outs = [args.out / t for t in tastes]
+    return {"page": page, "args": args, "tastes": tastes, "outs": outs,
+            "summaries": [reload(out) for out in outs], "arms": cli._taste_arms(args.arms, tastes)}
+
+
+def test_the_taste_section_and_the_readme_block_are_rendered_from_the_stored_runs(
+        published: dict, tmp_path: Path) -> None:
+    args = published["args"]
+    assert args.report and args.docs == Path("docs/results.md") and args.readme == Path("README.md")
+    assert str(args.out).startswith("docs/data/"), "the runs the page reads are committed with it"
+    docs = tmp_path / "docs" / "results.md"
+    docs.parent.mkdir()
+    docs.write_text(published["page"], encoding="utf-8")
+    write_docs(published["summaries"], published["outs"], docs, cli._taste_command(args), published["arms"])
+    assert docs.read_text(encoding="utf-8") == published["page"], \
+        "docs/results.md's taste section is stale: rebuild it with the report command it names"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme_section(readme) == readme_block(published["summaries"], published["arms"]), \
+        "the README's taste block is stale: rebuild it with the report command docs/results.md names"
+    for image in (tmp_path / "docs" / "images").iterdir():  # the grid shown is the stored run's
+        assert image.read_bytes() == (ROOT / "docs" / "images" / image.name).read_bytes(), image.name
+
+
+def test_the_published_table_is_whole_and_at_one_code_version(published: dict) -> None:
+    """Every taste of the benchmark, at least two against the prompt, 5 seeds each, and every seed of the
+    table and of the ablation arms run by one version of the code that trains and samples."""
+    summaries = published["summaries"]
+    assert sorted(published["tastes"]) == sorted(TASTE_SET)
+    assert len(set(published["tastes"]) & set(AGAINST_PROMPT)) >= 2
+    assert all(len(s["per_seed"]) == 5 for s in summaries)
+    arms = [s for runs in published["arms"].values() for s in runs]
+    versions = [v for s in [*summaries, *arms] for v in s["code"]]
+    assert len(versions) == len(summaries) + len(arms), "a run without its code version, or of two"
+    assert len({v["code"] for v in versions}) == 1 and not any(v["dirty"] for v in versions), versions

@@ -27,20 +27,18 @@ from pathlib import Path
 from dynamic_treerpo.trainer.bench.provenance import check_resume, provenance
 from dynamic_treerpo.trainer.bench.taste import (
     TasteBudget,
-    _stored_budget,
     _write,
     reload,
     run_seed,
     seed_pieces,
     seed_results,
+    stored_budget,
 )
 
 
 def arm_budget(stored: dict, seeds: int, trees: int, weight: float) -> TasteBudget:
     """The stored run's budget with the arm's seeds, tree count and picks weight."""
-    b = _stored_budget(stored)
-    budget = TasteBudget(**{**b, **{k: tuple(b[k]) for k in ("modes", "at", "frontier_weights")}})
-    return replace(budget, seeds=seeds, trees=trees, at=(trees,), picks_weight=weight)
+    return replace(stored_budget(stored), seeds=seeds, trees=trees, at=(trees,), picks_weight=weight)
 
 
 def run_arm(taste: str, args: argparse.Namespace, command: str) -> None:

@@ -452,6 +452,12 @@ def _stored_budget(data: dict[str, Any]) -> dict[str, Any]:
     return {"frontier_strengths": 0, **data["budget"]}
 
 
+def stored_budget(data: dict[str, Any]) -> TasteBudget:
+    """The budget a stored ``taste.json`` was run with (its tuples as tuples again)."""
+    b = _stored_budget(data)
+    return TasteBudget(**{**b, **{k: tuple(b[k]) for k in ("modes", "at", "frontier_weights")}})
+
+
 def _redo_frontier(budget: TasteBudget, done: list[SeedResult], previous: dict[str, Any], taste: str,
                    extra: Sequence[str], log: Callable[[str], None], grid: Path) -> bool:
     """Redo the frontier of the stored seeds when a frontier-only field changed; whether it did. The grid's
@@ -583,8 +589,7 @@ def reload(out: Path) -> dict[str, Any]:
     from .taste_summary import summarise
 
     data = json.loads((out / "taste.json").read_text(encoding="utf-8"))
-    b = _stored_budget(data)
-    budget = TasteBudget(**{**b, **{k: tuple(b[k]) for k in ("modes", "at", "frontier_weights")}})
+    budget = stored_budget(data)
     results = seed_results(data)
     summary = summarise(results, budget, data["taste"])
     summary["per_seed"] = [asdict(r) for r in results]

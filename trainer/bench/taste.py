@@ -53,6 +53,7 @@ from .taste_method import (
     fit_picks,
     label_trees,
     on_policy_accuracy,
+    picks_features,
     second_round_trees,
     summary,
     test_points,
@@ -210,7 +211,7 @@ def _one_round(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[s
     (validation pairs only), then the chosen checkpoint measured on the test pairs; ``before``: the base
     model's test figures (measured here when not given). Also ``(trainer, fit)``, for a second round."""
     config = _config(budget, seed, "scene", {}, extra)
-    fit = fit_picks(store, ids, config.picks.head, config.picks.pessimism)
+    fit = fit_picks(store, ids, config)
     trainer, result = train_guarded(config, fit, budget.picks_weight, _quiet)
     if keep is not None:
         keep[f"{len(ids)} trees"] = grid_images(trainer)
@@ -241,8 +242,9 @@ def two_rounds(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[s
     second = second_round_trees(trainer, store, prompts, _seeds(seed + 555 + n, count),
                                 first_plan(config, trainer.policy), person,
                                 random.Random(seed * 7919 + 2 * n + 3))
-    on_policy = on_policy_accuracy(fit1, store, second)
-    base_accuracy = on_policy_accuracy(fit1, store, list(ids[n // 2: n // 2 + count]))
+    features = picks_features(config)
+    on_policy = on_policy_accuracy(fit1, store, second, features)
+    base_accuracy = on_policy_accuracy(fit1, store, list(ids[n // 2: n // 2 + count]), features)
     del trainer
     run2, _ = _one_round(budget, seed, store, [*first, *second], taste, scene, extra, keep, before)
     chosen = run1["chosen"]
@@ -268,7 +270,7 @@ def on_policy_check(budget: TasteBudget, seed: int, n: int, trainer: Trainer, fi
     trees = second_round_trees(trainer, store, prompts, _seeds(seed + 777 + n, count),
                                first_plan(trainer.config, trainer.policy), person,
                                random.Random(seed * 7919 + 5 * n + 11))
-    return {"trees": count, "accuracy": on_policy_accuracy(fit, store, trees)}
+    return {"trees": count, "accuracy": on_policy_accuracy(fit, store, trees, picks_features(trainer.config))}
 
 
 def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extra: Sequence[str],
@@ -481,7 +483,8 @@ def _best_point(result: SeedResult) -> tuple[Any, ...]:
 
 
 FRONTIER_BLIND = ("guard.pairs", "guard.search", "guard.strength_tries", "guard.margin", "guard.steer",
-                  "experimental.guard.steer", "picks.pessimism", "experimental.picks.pessimism", "picks.head")
+                  "experimental.guard.steer", "picks.pessimism", "experimental.picks.pessimism", "picks.head",
+                  "picks.backbone")
 """Options (``--set``) the frontier sets itself or never reads: a run that differs from another only in
 these (and in the person, the rounds or the tree counts) may take that run's frontier."""
 _NOT_FRONTIER = ("seeds", "trees", "at", "rounds", "mistakes", "likes", "dislikes", "margin", "modes",

@@ -28,22 +28,31 @@ MARGINS_MEASURED = (0.0, 0.5, 1.0)
 """The margins whose choice is measured on the test pairs too (taste_summary's sensitivity table)."""
 
 
-def fit_picks(store: PickStore, ids: Sequence[str], head: str, pessimism: float = 0.0) -> Any:
-    """The personal reward's fit on the labelled trees ``ids`` (pooled features)."""
-    from ..rewards.personal import FitConfig, fit_from_store, pooled_features
+def picks_features(config: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The personal reward's backbone that ``config.picks`` names (``pooled`` by default)."""
+    from ..rewards.personal import backbone
 
-    config = FitConfig(head=head, pessimism=pessimism)
-    return fit_from_store(store, pooled_features, list(ids), config=config)
+    return backbone(config.picks.backbone, config.picks.backbone_weights)
 
 
-def on_policy_accuracy(fit: Any, store: PickStore, ids: Sequence[str]) -> float:
-    """How well ``fit`` orders the person's pairs on trees it was not fitted on (``ids``): on trees of a
-    trained model, where training has moved the images, this is the accuracy that matters."""
-    from ..rewards.personal import pair_accuracy, pooled_features
+def fit_picks(store: PickStore, ids: Sequence[str], config: Any) -> Any:
+    """The personal reward's fit on the labelled trees ``ids``, as ``config.picks`` sets it."""
+    from ..rewards.personal import FitConfig, fit_from_store
+
+    fit_config = FitConfig(head=config.picks.head, pessimism=config.picks.pessimism)
+    return fit_from_store(store, picks_features(config), list(ids), config=fit_config)
+
+
+def on_policy_accuracy(fit: Any, store: PickStore, ids: Sequence[str],
+                       features: Callable[[torch.Tensor], torch.Tensor]) -> float:
+    """How well ``fit`` (on ``features``) orders the person's pairs on trees it was not fitted on
+    (``ids``): on trees of a trained model, where training has moved the images, this is the accuracy
+    that matters."""
+    from ..rewards.personal import pair_accuracy
 
     labelled = dict(store.labelled())
     with torch.no_grad():
-        feats = {t: pooled_features(store.load_images(t)) for t in ids}
+        feats = {t: features(store.load_images(t)) for t in ids}
     pairs = {t: tree_pairs(labelled[t], feats[t].shape[0]) for t in ids}
     return pair_accuracy(fit.head, feats, pairs)
 
@@ -53,12 +62,13 @@ def train_guarded(config: Any, fit: Any, picks_weight: float, quiet: Callable[[s
     """Train ``config`` on ``picks:w, scene:1-w`` with the personal reward under the guard; the trainer
     (its policy holds the chosen checkpoint) and the guarded result."""
     from ..rewards.mix import RewardMix
-    from ..rewards.personal import PersonalReward, pooled_features
+    from ..rewards.personal import PersonalReward
 
     spec = f"picks:{picks_weight:g},scene:{1 - picks_weight:g}"
     trainer = Trainer(config)
     trainer.reward = RewardMix(spec, {}, trainer.device,
-                               prebuilt={"picks": PersonalReward(fit, pooled_features), **trainer.reward.fns})
+                               prebuilt={"picks": PersonalReward(fit, picks_features(config)),
+                                         **trainer.reward.fns})
     pairs = separate_validation_pairs(config, trainer.eval_pairs)
     tracker = guard_trainer(trainer, pairs, taste="picks", log=quiet, reward_spec=spec)
     return trainer, tracker.run(0, config.iterations)

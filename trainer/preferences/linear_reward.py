@@ -33,17 +33,22 @@ class Basis:
 
     mean: Tensor  # [D]
     std: Tensor  # [D]
-    directions: Tensor  # [D, k], orthonormal columns, each scaled so a projection has unit variance
+    directions: Tensor  # [D, k]: principal directions scaled to unit variance, then any features kept
 
     def __call__(self, features: Tensor) -> Tensor:
         return ((features.double() - self.mean) / self.std) @ self.directions
 
 
-def fit_basis(features: Sequence[Tensor], dims: int = DIMS) -> Basis:
-    """The basis of ``features`` (each ``[leaves, D]``): their mean, spread and top ``dims`` directions."""
+def fit_basis(features: Sequence[Tensor], dims: int = DIMS, keep_last: int = 0) -> Basis:
+    """The basis of ``features`` (each ``[leaves, D]``): their mean, spread and top ``dims`` directions;
+    ``keep_last``: the last features also kept as they are (standardised), beside the directions. Why:
+    a few summary features (the ``content`` backbone's whole-picture colour and place) carry a global
+    taste on their own, and the top directions of several hundred features can leave them out."""
     rows = torch.cat([f.double() for f in features])
     if rows.shape[0] < 2:
         raise ValueError("a basis needs at least two leaves")
+    if not 0 <= keep_last <= rows.shape[1]:
+        raise ValueError(f"keep_last must be within the {rows.shape[1]} features, got {keep_last}")
     mean, std = rows.mean(dim=0), rows.std(dim=0).clamp(min=1e-6)
     centred = (rows - mean) / std
     _, singular, vh = torch.linalg.svd(centred, full_matrices=False)
@@ -52,7 +57,11 @@ def fit_basis(features: Sequence[Tensor], dims: int = DIMS) -> Basis:
     # the sign of a singular vector is arbitrary: fix it (largest entry positive) so results never flip
     directions = vh[:keep].T
     signs = torch.sign(directions.gather(0, directions.abs().argmax(dim=0, keepdim=True))).squeeze(0)
-    return Basis(mean, std, directions * signs / scale)
+    directions = directions * signs / scale
+    if keep_last:
+        kept = torch.eye(rows.shape[1], dtype=torch.float64)[:, rows.shape[1] - keep_last:]
+        directions = torch.cat([directions, kept], dim=1)
+    return Basis(mean, std, directions)
 
 
 @dataclass(frozen=True)

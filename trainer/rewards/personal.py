@@ -7,10 +7,13 @@ tree), and a two-layer head on frozen image features is fitted to them with the 
 
 Backbones (frozen; the head is all that learns):
 
-- ``pooled`` (the default, any image size): the image and its brightest channel average-pooled on
+- ``pooled`` (any image size): the image and its brightest channel average-pooled on
   8x8, 4x4, 2x2 and 1x1 grids (340 numbers): where the colour is, how much, how bright. No trained
   weights and nothing of the scene reward: it serves the embedded model, whose 64 px scenes it
   describes well enough for tastes of size, place and shade.
+- ``content`` (the default since 0.4.0): ``pooled``, plus the colour, amount and place of what is
+  drawn, apart from its size (``pixel_features``). Why: a linear head on pooled pixels mixes an
+  object's colour with its size, and training then finds "more of a colour" for a taste of shades.
 - ``pickscore`` / ``hps-v2.1``: the image embedding of that reward's CLIP (its weights path), for real
   models, where a taste is about style and content that pooled pixels cannot see.
 
@@ -33,7 +36,7 @@ generalises (logged, and reported by ``treerpo bench taste``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,18 +47,11 @@ from torch import Tensor, nn
 from ..preferences.linear_reward import fit_basis, fit_linear
 from ..preferences.pairs import Pair, split_trees, tree_pairs
 from ..preferences.store import PickStore
+from .pixel_features import content_features, pooled_features
 
-GRIDS = (8, 4, 2, 1)
 HIDDEN = 64
 HELD_OUT = 0.2
 Features = Callable[[Tensor], Tensor]
-
-
-def pooled_features(images: Tensor) -> Tensor:
-    """``[B, 3, H, W]`` in [0, 1] -> ``[B, 340]``: RGB and the brightest channel, average-pooled."""
-    x = images.float().clamp(0, 1)
-    x = torch.cat([x, x.amax(dim=1, keepdim=True)], dim=1)
-    return torch.cat([F.adaptive_avg_pool2d(x, g).flatten(1) for g in GRIDS], dim=1)
 
 
 def clip_features(name: str, weights: str | None, device: str | torch.device = "cpu",
@@ -66,15 +62,24 @@ def clip_features(name: str, weights: str | None, device: str | torch.device = "
 
     builder = {"pickscore": build_pickscore, "hps-v2.1": build_hps}.get(name)
     if builder is None:
-        raise ValueError(f"unknown personal-reward backbone {name!r}; expected pooled, pickscore or hps-v2.1")
+        raise ValueError(f"unknown personal-reward backbone {name!r}; expected pooled, content, pickscore or "
+                         "hps-v2.1")
     reward = built if built is not None else builder(weights, device)
     return lambda images: reward.encode_images(images).float().cpu()
 
 
-def backbone(name: str = "pooled", weights: str | None = None,
+def summary_features(features: Features) -> int:
+    """How many of a backbone's last features are summaries the linear head keeps as they are (the
+    ``content`` backbone's ``summary``; 0 for the others)."""
+    return int(getattr(features, "summary", 0))
+
+
+def backbone(name: str = "content", weights: str | None = None,
              device: str | torch.device = "cpu", built: Any = None) -> Features:
     if name == "pooled":
         return pooled_features
+    if name == "content":
+        return content_features
     return clip_features(name, weights, device, built)
 
 
@@ -130,15 +135,16 @@ class FitConfig:
     seed: int = 0
     head: str = "linear"
     pessimism: float = 0.0  # the linear head's lower bound: beta posterior standard deviations (0: off)
+    summary: int = 0  # the backbone's last features the linear head keeps beside its directions
 
 
-def fit_linear_head(features: dict[str, Tensor], pairs: dict[str, list[Pair]], pessimism: float = 0.0
-                    ) -> LinearHead:
-    """The linear head on ``features``' principal directions (found on every given tree's leaves);
-    ``pessimism``: score its lower bound (:class:`LinearHead`)."""
+def fit_linear_head(features: dict[str, Tensor], pairs: dict[str, list[Pair]], pessimism: float = 0.0,
+                    summary: int = 0) -> LinearHead:
+    """The linear head on ``features``' principal directions (found on every given tree's leaves) and
+    their last ``summary`` features; ``pessimism``: score its lower bound (:class:`LinearHead`)."""
     if not any(pairs.values()):
         raise ValueError("the picks give no preference pair: like some leaves more than others")
-    basis = fit_basis(list(features.values()))
+    basis = fit_basis(list(features.values()), keep_last=summary)
     model = fit_linear({t: basis(f) for t, f in features.items()}, pairs)
     return LinearHead(basis.mean, basis.std, basis.directions, model.weights, model.covariance,
                       pessimism).eval()
@@ -152,7 +158,7 @@ def fit_any(features: dict[str, Tensor], pairs: dict[str, list[Pair]], config: F
         raise ValueError("picks.pessimism needs the linear head (picks.head: linear): the MLP head has no "
                          "posterior")
     if config.head == "linear":
-        return fit_linear_head(features, pairs, config.pessimism)
+        return fit_linear_head(features, pairs, config.pessimism, config.summary)
     if config.head == "mlp":
         return fit_head(features, pairs, config)
     raise ValueError(f"unknown personal-reward head {config.head!r}; expected {' or '.join(HEADS)}")
@@ -218,6 +224,7 @@ def fit_from_store(store: PickStore, features: Features, tree_ids: Sequence[str]
                    held_out: float = HELD_OUT, config: FitConfig = FitConfig()) -> PersonalFit:
     """Fit on the labelled trees of ``store`` (or ``tree_ids``): first on 80% to measure the held-out
     pair accuracy, then on all of them."""
+    config = replace(config, summary=summary_features(features))
     labelled = dict(store.labelled())
     ids = [t for t in (tree_ids if tree_ids is not None else labelled) if t in labelled]
     if not ids:
@@ -253,7 +260,7 @@ class PersonalReward:
         return {"reward": (scores - self.fit.score_mean) / self.fit.score_std}
 
 
-def build(weights: str | None, device: str | torch.device = "cpu", backbone_name: str = "pooled",
+def build(weights: str | None, device: str | torch.device = "cpu", backbone_name: str = "content",
           backbone_weights: str | None = None, log: Callable[[str], None] = print,
           built_backbone: Any = None, head: str = "linear", pessimism: float = 0.0) -> PersonalReward:
     """The personal reward of the picks folder ``weights``; ``built_backbone``: the backbone's reward,

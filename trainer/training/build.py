@@ -94,7 +94,7 @@ def build_reward(config: TrainConfig) -> RewardMix:
 def shares_backbone(config: TrainConfig) -> bool:
     """Whether ``picks.backbone`` is also a term of ``reward``, with the same weights: then the run
     builds that CLIP once (a FLUX recipe guards its picks with PickScore, whose CLIP is ~1B parameters)."""
-    p = config.picks  # a backbone other than pooled has its weights (PicksConfig checks)
+    p = config.picks  # a CLIP backbone has its weights (PicksConfig checks)
     path = config.effective_reward_weights.get(p.backbone)
     terms = {t.name for t in parse_reward_spec(config.reward)}
     return (p.backbone in terms and path is not None

@@ -29,7 +29,7 @@ MARGINS_MEASURED = (0.0, 0.5, 1.0)
 
 
 def picks_features(config: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The personal reward's backbone that ``config.picks`` names (``pooled`` by default)."""
+    """The personal reward's backbone that ``config.picks`` names (``content`` by default)."""
     from ..rewards.personal import backbone
 
     return backbone(config.picks.backbone, config.picks.backbone_weights)

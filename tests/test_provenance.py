@@ -47,3 +47,37 @@ def test_this_checkout_records_a_commit_and_whether_it_is_dirty() -> None:
     assert len(made["code"]) == 16 and made["code"] == provenance.code_fingerprint()
     if made["commit"] is not None:
         assert len(made["commit"]) == 40 and isinstance(made["dirty"], bool)
+
+
+def test_the_record_names_the_machine_and_the_pages_say_when_parts_ran_on_several() -> None:
+    from dynamic_treerpo.trainer.bench.taste_page import code_line
+
+    made = provenance.provenance()
+    assert set(made["machine"]) == {"cpu", "cpu_capability", "torch", "gpu"}
+    assert made["machine"]["cpu"] and made["machine"]["torch"]
+    here = {"code": "aaaa", "commit": "c" * 40, "dirty": False}
+    epyc = {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "torch": "2.9.0", "gpu": None}
+    xeon = {**epyc, "cpu": "Intel Xeon", "cpu_capability": "AVX512"}
+    assert provenance.machines_line([here]) == ""  # made before the machine was recorded
+    one = provenance.machines_line([{**here, "machine": epyc}, {**here, "machine": dict(epyc)}])
+    assert one == "On one kind of machine: AMD EPYC (AVX2), torch 2.9.0."
+    two = provenance.machines_line([{**here, "machine": epyc}, {**here, "machine": xeon}])
+    assert two.startswith("On **2 kinds of machine**") and "Intel Xeon (AVX512)" in two
+    assert len(provenance.versions([{**here, "machine": epyc}, {**here, "machine": xeon}])) == 2
+    line = code_line([{"code": [{**here, "machine": epyc}]}, {"code": [{**here, "machine": xeon}]}])
+    assert line.startswith("Made at one code version: `cccccccccccc`") and "2 kinds of machine" in line
+
+
+def test_a_protocol_part_resumed_on_another_machine_records_that_machine_too() -> None:
+    from types import SimpleNamespace
+
+    from dynamic_treerpo.trainer.bench.protocol import stamp_code
+
+    epyc = {"code": "aaaa", "commit": "c" * 40, "dirty": False,
+            "machine": {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "torch": "2.9.0", "gpu": None}}
+    xeon = {**epyc, "machine": {**epyc["machine"], "cpu": "Intel Xeon", "cpu_capability": "AVX512"}}
+    result = SimpleNamespace(code=[{"part": "main", **epyc}])
+    stamp_code(result, "main", dict(epyc))
+    assert len(result.code) == 1  # the same machine again: nothing new
+    stamp_code(result, "main", xeon)
+    assert [c["machine"]["cpu"] for c in result.code] == ["AMD EPYC", "Intel Xeon"]

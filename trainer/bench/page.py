@@ -688,7 +688,7 @@ def _header(result: ProtocolResult) -> list[str]:
 
 def code_text(code: Sequence[dict[str, Any]]) -> str:
     """Which code version made the runs: one for a published protocol."""
-    from .provenance import distinct
+    from .provenance import distinct, machines_line
     from .provenance import version_name as name
 
     unique = distinct(code)
@@ -696,9 +696,11 @@ def code_text(code: Sequence[dict[str, Any]]) -> str:
         return "This protocol.json recorded no code version (it was made before 0.3.1)."
 
     parts = ", ".join(dict.fromkeys(c["part"] for c in code))
+    where = machines_line(code)
+    where = f" {where}" if where else ""
     if len(unique) == 1:
-        return f"Every part ({parts}) ran at one code version: {name(unique[0])}."
-    return "The parts ran at **more than one code version**: " + ", ".join(map(name, unique)) + "."
+        return f"Every part ({parts}) ran at one code version: {name(unique[0])}.{where}"
+    return "The parts ran at **more than one code version**: " + ", ".join(map(name, unique)) + f".{where}"
 
 
 

@@ -620,7 +620,8 @@ def stamp_code(result: ProtocolResult, part: str, code: dict[str, Any], fresh: b
         raise ValueError("the saved protocol.json recorded no code version (it was made before 0.3.1): a "
                          "published protocol comes from one code version, so start again without --resume")
     check_resume(result.code, code, Path("protocol.json"))
-    if not any(c.get("part") == part and c["code"] == code["code"] for c in result.code):
+    if not any(c.get("part") == part and c["code"] == code["code"] and c.get("machine") == code.get("machine")
+               for c in result.code):  # a part resumed on another kind of machine records that one too
         result.code.append({"part": part, **code})
 
 

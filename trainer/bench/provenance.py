@@ -11,6 +11,7 @@ pages keeps it.
 from __future__ import annotations
 
 import hashlib
+import platform
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -56,16 +57,39 @@ def _git(args: list[str], cwd: Path) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def _cpu_name() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, Any]:
+    """What ran the figures, beside the code. Why: the same code and seed give other figures on another
+    CPU (PyTorch picks its kernels by the CPU's vector extensions, and training compounds the rounding);
+    measured, docs/results.md. Figures reproduce to the last digit on the same kind of machine only."""
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpu": _cpu_name(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch": torch.__version__, "gpu": gpu}
+
+
 def provenance(package: Path = PACKAGE) -> dict[str, Any]:
     """The code fingerprint, the commit (None outside a git checkout) and whether ``trainer/`` had
-    uncommitted changes (None when unknown), and the installed release (None when not installed)."""
+    uncommitted changes (None when unknown), the installed release (None when not installed) and the
+    machine (:func:`machine`)."""
     from ..compat.versions import installed_version
 
     commit = _git(["rev-parse", "HEAD"], package)
     status = _git(["status", "--porcelain", "--untracked-files=no", "--", "."], package) if commit else None
     dirty = None if status is None else bool(status)
     return {"code": code_fingerprint(package), "commit": commit, "dirty": dirty,
-            "version": installed_version("dynamic-treerpo")}
+            "version": installed_version("dynamic-treerpo"), "machine": machine()}
 
 
 def check_resume(stored: Iterable[Mapping[str, Any] | None], current: Mapping[str, Any], path: Path) -> None:
@@ -82,7 +106,8 @@ def check_resume(stored: Iterable[Mapping[str, Any] | None], current: Mapping[st
 
 
 def versions(stored: Iterable[Mapping[str, Any] | None]) -> list[dict[str, Any]]:
-    """The distinct code versions of a run's parts (one for a run made at one version)."""
+    """The distinct records of a run's parts (code version and machine; one for a run made at one version
+    on one kind of machine)."""
     out: list[dict[str, Any]] = []
     for part in stored:
         if part is not None and dict(part) not in out:
@@ -93,6 +118,23 @@ def versions(stored: Iterable[Mapping[str, Any] | None]) -> list[dict[str, Any]]
 def distinct(found: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The code versions among ``found``, one per fingerprint, in order."""
     return list({v["code"]: v for v in found}.values())
+
+
+def machine_name(found: Mapping[str, Any]) -> str:
+    """A machine as a page names it: the CPU and its vector extensions PyTorch uses (and the GPU)."""
+    gpu = f", {found['gpu']}" if found.get("gpu") else ""
+    return f"{found['cpu']} ({found['cpu_capability']}{gpu}), torch {found['torch']}"
+
+
+def machines_line(found: Iterable[Mapping[str, Any]]) -> str:
+    """Which machines ran the parts: one sentence, empty when none recorded it (made before 0.4.1)."""
+    names = list(dict.fromkeys(machine_name(v["machine"]) for v in found if v.get("machine")))
+    if not names:
+        return ""
+    if len(names) == 1:
+        return f"On one kind of machine: {names[0]}."
+    return (f"On **{len(names)} kinds of machine** (figures reproduce to the last digit on one kind only): "
+            + "; ".join(names) + ".")
 
 
 def version_name(version: Mapping[str, Any]) -> str:

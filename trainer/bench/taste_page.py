@@ -134,16 +134,18 @@ def _commands(summaries: Sequence[dict[str, Any]], command: str) -> list[str]:
 
 def code_line(summaries: Sequence[dict[str, Any]]) -> str:
     """Which code version made the figures: one commit for a published run, else every version named."""
-    from .provenance import distinct
+    from .provenance import distinct, machines_line
     from .provenance import version_name as name
 
-    unique = distinct(v for s in summaries for v in s.get("code", []))
+    found = [v for s in summaries for v in s.get("code", [])]
+    unique = distinct(found)
     if not unique:
         return "These runs recorded no code version (made before 0.3.1)."
-
+    where = machines_line(found)
+    where = f" {where}" if where else ""
     if len(unique) == 1:
-        return f"Made at one code version: {name(unique[0])}."
-    return "Made by **more than one code version**: " + ", ".join(map(name, unique)) + "."
+        return f"Made at one code version: {name(unique[0])}.{where}"
+    return "Made by **more than one code version**: " + ", ".join(map(name, unique)) + f".{where}"
 
 
 ABLATION_TREES = "50"

@@ -68,16 +68,35 @@ def test_the_record_names_the_machine_and_the_pages_say_when_parts_ran_on_severa
     assert line.startswith("Made at one code version: `cccccccccccc`") and "2 kinds of machine" in line
 
 
-def test_a_protocol_part_resumed_on_another_machine_records_that_machine_too() -> None:
+def test_a_protocol_part_resumed_on_another_cpu_with_the_same_numerics_records_that_machine_too() -> None:
     from types import SimpleNamespace
 
     from dynamic_treerpo.trainer.bench.protocol import stamp_code
 
     epyc = {"code": "aaaa", "commit": "c" * 40, "dirty": False,
-            "machine": {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "torch": "2.9.0", "gpu": None}}
-    xeon = {**epyc, "machine": {**epyc["machine"], "cpu": "Intel Xeon", "cpu_capability": "AVX512"}}
+            "machine": {"cpu": "AMD EPYC", "cpu_capability": "AVX512", "torch": "2.9.0", "gpu": None}}
+    xeon = {**epyc, "machine": {**epyc["machine"], "cpu": "Intel Xeon"}}
     result = SimpleNamespace(code=[{"part": "main", **epyc}])
     stamp_code(result, "main", dict(epyc))
     assert len(result.code) == 1  # the same machine again: nothing new
     stamp_code(result, "main", xeon)
     assert [c["machine"]["cpu"] for c in result.code] == ["AMD EPYC", "Intel Xeon"]
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"cpu_capability": "AVX512"}, "ATEN_CPU_CAPABILITY=avx2"),
+    ({"torch": "2.14.1"}, "torch 2.9.0 and this is torch 2.14.1"),
+    ({"gpu": "NVIDIA H100"}, "GPU none and this run on NVIDIA H100"),
+])
+def test_a_resume_with_other_numerics_is_refused_in_one_line_that_says_how(change: dict, words: str,
+                                                                            tmp_path: Path) -> None:
+    made = {"code": "aaaa", "commit": "c" * 40, "dirty": False,
+            "machine": {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "torch": "2.9.0", "gpu": None}}
+    here = {**made, "machine": {**made["machine"], **change}}
+    with pytest.raises(ValueError, match="would mix two roundings") as refused:
+        provenance.check_resume([made], here, tmp_path / "taste.json")
+    assert words in str(refused.value) and "\n" not in str(refused.value)
+    provenance.check_resume([made], {**made, "machine": {**made["machine"], "cpu": "Intel Xeon"}},
+                            tmp_path / "taste.json")  # another CPU, the same kernels: allowed
+    provenance.check_resume([{k: v for k, v in made.items() if k != "machine"}], here,
+                            tmp_path / "taste.json")  # parts made before 0.4.1: nothing to compare

@@ -69,9 +69,10 @@ def _cpu_name() -> str:
 
 
 def machine() -> dict[str, Any]:
-    """What ran the figures, beside the code. Why: the same code and seed give other figures on another
-    CPU (PyTorch picks its kernels by the CPU's vector extensions, and training compounds the rounding);
-    measured, docs/results.md. Figures reproduce to the last digit on the same kind of machine only."""
+    """What ran the figures, beside the code. Why: PyTorch picks its CPU kernels by the vector extensions
+    it uses (``cpu_capability``), and training compounds the rounding. Measured (CHANGELOG 0.4.2): one
+    commit and seed gave the same figure to the last digit on an Intel Xeon and an AMD EPYC at AVX512,
+    and another at AVX2 (the EPYC with ``ATEN_CPU_CAPABILITY=avx2``) that repeated to the last digit."""
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
@@ -92,8 +93,30 @@ def provenance(package: Path = PACKAGE) -> dict[str, Any]:
             "version": installed_version("dynamic-treerpo"), "machine": machine()}
 
 
+NUMERICS = ("cpu_capability", "torch", "gpu")
+"""What of :func:`machine` decides the rounding, hence the figures (the CPU's name does not)."""
+
+
+def numerics_mismatch(made: Mapping[str, Any] | None, here: Mapping[str, Any] | None) -> str | None:
+    """Why figures made on ``made`` would not repeat on ``here`` (one clause), or None when they would or
+    either recorded no machine (parts made before 0.4.1)."""
+    if not made or not here:
+        return None
+    for key in NUMERICS:
+        if made.get(key) != here.get(key):
+            if key == "cpu_capability":
+                level = str(made[key]).lower()
+                return (f"its parts used PyTorch's {made[key]} CPU kernels and this run uses {here[key]} "
+                        f"(set ATEN_CPU_CAPABILITY={level} before the run, if this CPU has {made[key]})")
+            if key == "torch":
+                return f"its parts ran on torch {made[key]} and this is torch {here[key]}"
+            return f"its parts ran on GPU {made[key] or 'none'} and this run on {here[key] or 'none'}"
+    return None
+
+
 def check_resume(stored: Iterable[Mapping[str, Any] | None], current: Mapping[str, Any], path: Path) -> None:
-    """Refuse (one line) to add parts to ``path`` unless every stored part ran the current code."""
+    """Refuse (one line) to add parts to ``path`` unless every stored part ran the current code, with the
+    same numerics (:data:`NUMERICS`) where both recorded them."""
     for part in stored:
         if part is None or "code" not in part:
             raise ValueError(f"{path} has parts that recorded no code version: run without --resume into "
@@ -103,6 +126,11 @@ def check_resume(stored: Iterable[Mapping[str, Any] | None], current: Mapping[st
             raise ValueError(f"{path} was made by other code ({made[:12]}, code {part['code']}; this is code "
                              f"{current['code']}): a published run comes from one code version, so run "
                              "without --resume into another --out, or resume at that commit")
+        why = numerics_mismatch(part.get("machine"), current.get("machine"))
+        if why:
+            raise ValueError(f"{path} would mix two roundings: {why}; a published run repeats to the last "
+                             "digit only with the same numerics, so resume on such a machine, or run "
+                             "without --resume into another --out")
 
 
 def versions(stored: Iterable[Mapping[str, Any] | None]) -> list[dict[str, Any]]:
@@ -133,7 +161,8 @@ def machines_line(found: Iterable[Mapping[str, Any]]) -> str:
         return ""
     if len(names) == 1:
         return f"On one kind of machine: {names[0]}."
-    return (f"On **{len(names)} kinds of machine** (figures reproduce to the last digit on one kind only): "
+    return (f"On **{len(names)} kinds of machine** (with the same kernels, torch and GPU, which the resume "
+            "checks): "
             + "; ".join(names) + ".")
 
 

@@ -100,3 +100,14 @@ def test_a_resume_with_other_numerics_is_refused_in_one_line_that_says_how(chang
                             tmp_path / "taste.json")  # another CPU, the same kernels: allowed
     provenance.check_resume([{k: v for k, v in made.items() if k != "machine"}], here,
                             tmp_path / "taste.json")  # parts made before 0.4.1: nothing to compare
+
+
+def test_the_release_is_the_checkouts_own_not_the_installed_one(tmp_path: Path) -> None:
+    """A worktree of an older commit run through PYTHONPATH records that commit's release."""
+    package = _package(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "dynamic-treerpo"\nversion = "0.1.7"\n')
+    assert provenance.release(package) == "0.1.7"
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "another"\nversion = "9.9"\n')
+    assert provenance.release(package) != "9.9"  # not ours: the installed distribution's
+    here = (provenance.PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8")
+    assert f'version = "{provenance.release()}"' in here

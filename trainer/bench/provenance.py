@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
+import re
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -80,17 +81,31 @@ def machine() -> dict[str, Any]:
             "torch": torch.__version__, "gpu": gpu}
 
 
-def provenance(package: Path = PACKAGE) -> dict[str, Any]:
-    """The code fingerprint, the commit (None outside a git checkout) and whether ``trainer/`` had
-    uncommitted changes (None when unknown), the installed release (None when not installed) and the
-    machine (:func:`machine`)."""
+def release(package: Path = PACKAGE) -> str | None:
+    """The release of the code that runs: the ``pyproject.toml`` beside ``package`` in a checkout (a
+    worktree of an older commit, run through ``PYTHONPATH``, is that commit's release, not the installed
+    one's), else the installed distribution's (None when neither says)."""
     from ..compat.versions import installed_version
 
+    pyproject = package.parent / "pyproject.toml"
+    if pyproject.is_file():
+        text = pyproject.read_text(encoding="utf-8")
+        if re.search(r'^name\s*=\s*"dynamic-treerpo"', text, re.M):
+            found = re.search(r'^version\s*=\s*"([^"]+)"', text, re.M)
+            if found:
+                return found.group(1)
+    return installed_version("dynamic-treerpo")
+
+
+def provenance(package: Path = PACKAGE) -> dict[str, Any]:
+    """The code fingerprint, the commit (None outside a git checkout) and whether ``trainer/`` had
+    uncommitted changes (None when unknown), the release (:func:`release`) and the machine
+    (:func:`machine`)."""
     commit = _git(["rev-parse", "HEAD"], package)
     status = _git(["status", "--porcelain", "--untracked-files=no", "--", "."], package) if commit else None
     dirty = None if status is None else bool(status)
     return {"code": code_fingerprint(package), "commit": commit, "dirty": dirty,
-            "version": installed_version("dynamic-treerpo"), "machine": machine()}
+            "version": release(package), "machine": machine()}
 
 
 NUMERICS = ("cpu_capability", "torch", "gpu")

@@ -16,7 +16,7 @@ BUDGET = replace(QUICK, seeds=3, trees=50, at=(), frontier_weights=(0.3, 0.5), f
 
 
 def _seed(seed: int, gain: float, fall: float, margin0_gain: float, frontier: dict[str, float],
-          on_policy: float = 0.7) -> SeedResult:
+          on_policy: float = 0.7, validation_gain: float = 1.0) -> SeedResult:
     """A seed as run_seed stores it, with taste_before 0.5 and scene_before 0.4: the method at 50 trees
     chose a checkpoint of ``gain`` and scene change ``fall``; with margin 0 it would have taken one of
     ``margin0_gain`` (a point closer to the limit)."""
@@ -28,8 +28,8 @@ def _seed(seed: int, gain: float, fall: float, margin0_gain: float, frontier: di
             "test_taste": 0.5 + margin0_gain, "test_scene": 0.4 + fall - 0.01}
     method = {"taste": 0.5 + gain, "scene": 0.4 + fall, "accuracy": 0.8, "held_out_pairs": 10.0,
               "limit": 0.02, "points": [base, safe, edge], "on_policy": {"trees": 8, "accuracy": on_policy},
-              "chosen": {"iteration": 1, "strength": 1.0, "reason": "r", "validation_taste_gain": 1.0,
-                         "validation_scene_fall": 0.005}}
+              "chosen": {"iteration": 1, "strength": 1.0, "reason": "r",
+                         "validation_taste_gain": validation_gain, "validation_scene_fall": 0.005}}
     arms = {w: {"weight": float(w), "gain": g, "scene_change": -0.015, "iteration": 2, "strength": 1.0,
                 "limit": 0.02, "taste": 0.5 + g, "scene": 0.385, "points": []} for w, g in frontier.items()}
     best = max(arms.values(), key=lambda a: a["gain"])
@@ -37,10 +37,12 @@ def _seed(seed: int, gain: float, fall: float, margin0_gain: float, frontier: di
     return SeedResult(seed, 0.5, 0.4, oracle, arms, {50: method})
 
 
-def _summary(taste: str, gains: list[float], falls: list[float], mistakes: float = 0.15) -> dict:
-    results = [_seed(s, g, f, g + 0.02, {"0.3": 0.15, "0.5": 0.2}) for s, (g, f) in
-               enumerate(zip(gains, falls, strict=True))]
-    out = summarise(results, replace(BUDGET, mistakes=mistakes), taste)
+def _summary(taste: str, gains: list[float], falls: list[float], mistakes: float = 0.15,
+             validation: list[float] | None = None, weight: float = 0.3) -> dict:
+    validation = validation or [1.0] * len(gains)
+    results = [_seed(s, g, f, g + 0.02, {"0.3": 0.15, "0.5": 0.2}, validation_gain=v) for s, (g, f, v) in
+               enumerate(zip(gains, falls, validation, strict=True))]
+    out = summarise(results, replace(BUDGET, mistakes=mistakes, picks_weight=weight), taste)
     from dataclasses import asdict
     out["per_seed"] = [asdict(r) for r in results]
     return out
@@ -130,3 +132,20 @@ def test_the_fall_gap_compares_every_checkpoint_on_validation_and_test_pairs() -
     assert "expects 0.2 of those 3 runs past the limit" in page and "1 went past on the test pairs" in page
     # seed 1 fell 0.02 further on the test pairs than the others, at both checkpoints
     assert "| lower_objects | 6 | +0.0100 | +0.0217 | +0.0117 (0.0103) |" in page
+
+
+def test_the_guard_choosing_the_weight_reads_only_its_own_validation_figures() -> None:
+    """Per run, the weight whose chosen point gained most personal reward on validation pairs (the
+    default on ties), however the hidden taste came out: seed 0 takes 0.5 (2.0 against 1.0, and it did
+    better on the test pairs), seed 1 keeps 0.3 (0.5 gained less on validation), seed 2 ties and keeps
+    0.3 although 0.5 did better on the test pairs: the choice never reads them."""
+    default = [_summary("lower_objects", [0.1, 0.1, 0.1], [-0.01] * 3)]
+    heavier = [_summary("lower_objects", [0.15, 0.05, 0.2], [-0.01] * 3, validation=[2.0, 0.5, 1.0],
+                        weight=0.5)]
+    row = ab.guard_choice_row(default, [heavier], "50")
+    assert row["taken"] == [2, 1] and row["runs"] == 3
+    assert row["share"]["mean"] == pytest.approx((0.75 + 0.5 + 0.5) / 3)  # seed 2 ties: the default
+    assert row["difference"]["mean"] == pytest.approx(0.25 / 3)
+    assert ab.guard_choice_row(default, [[]], "50")["runs"] == 0  # a weight not run: nothing compared
+    text = markdown(default, None, "treerpo bench taste", {"picks weight 0.5": heavier})
+    assert "| the guard also chooses the weight (0.3 or 0.5: one training each) | 3 (lower_objects) |" in text

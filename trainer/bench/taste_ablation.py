@@ -48,12 +48,15 @@ def _estimate(values: Sequence[float]) -> dict[str, Any]:
     return {"mean": e.mean, "ci95": e.ci95, "n": len(values)}
 
 
-def arm_row(default: Sequence[dict[str, Any]], arm: Sequence[dict[str, Any]], n: str) -> dict[str, Any]:
-    """One arm against the default on the runs both have (tastes x seeds) at ``n`` trees: each one's share
-    of the frontier, the paired difference (arm minus default) with its exact sign-flip p, and the runs
-    past the limit."""
-    mine = {k: v for s in arm if n in s["by_trees"] for k, v in run_shares(s, n).items()}
-    base = {k: v for s in default if n in s["by_trees"] for k, v in run_shares(s, n).items()}
+def _chosen_gains(summary: dict[str, Any], n: str) -> dict[tuple[str, int], float]:
+    """Per (taste, seed) at ``n`` trees: the personal reward's gain on validation pairs at the point the
+    guard chose (0 where it kept the base model): what the guard itself can see, never the hidden taste."""
+    return {(summary["taste"], c["seed"]): float(c.get("validation_taste_gain", 0.0))
+            for c in summary["by_trees"][n].get("chosen", [])}
+
+
+def _paired(mine: dict[tuple[str, int], dict[str, float]], base: dict[tuple[str, int], dict[str, float]]
+            ) -> dict[str, Any]:
     keys = sorted(k for k in mine if k in base and math.isfinite(mine[k]["share"])
                   and math.isfinite(base[k]["share"]))
     if not keys:
@@ -65,6 +68,62 @@ def arm_row(default: Sequence[dict[str, Any]], arm: Sequence[dict[str, Any]], n:
             "difference": _estimate(diffs), "exact_p": sign_flip_test(diffs) if len(diffs) > 1 else math.nan,
             "past_limit": sum(mine[k]["guard"] < -mine[k]["limit"] for k in keys),
             "default_past_limit": sum(base[k]["guard"] < -base[k]["limit"] for k in keys)}
+
+
+def _shares(summaries: Sequence[dict[str, Any]], n: str) -> dict[tuple[str, int], dict[str, float]]:
+    return {k: v for s in summaries if n in s["by_trees"] for k, v in run_shares(s, n).items()}
+
+
+def arm_row(default: Sequence[dict[str, Any]], arm: Sequence[dict[str, Any]], n: str) -> dict[str, Any]:
+    """One arm against the default on the runs both have (tastes x seeds) at ``n`` trees: each one's share
+    of the frontier, the paired difference (arm minus default) with its exact sign-flip p, and the runs
+    past the limit."""
+    return _paired(_shares(arm, n), _shares(default, n))
+
+
+def guard_choice_row(default: Sequence[dict[str, Any]], others: Sequence[Sequence[dict[str, Any]]], n: str
+                     ) -> dict[str, Any]:
+    """The guard choosing the picks weight too: per run, of the default and ``others`` (the same picks
+    trained at other weights), the one whose chosen point gained most personal reward on the validation
+    pairs, each already within the limit there (the default on ties). It reads only what the method
+    sees, and costs one training per weight. Paired against the default like an arm; ``weights`` counts
+    how often each run set was taken."""
+    runs = [_shares(default, n), *(_shares(o, n) for o in others)]
+    gains: list[dict[tuple[str, int], float]] = [{}]
+    for s in default:
+        if n in s["by_trees"]:
+            gains[0].update(_chosen_gains(s, n))
+    for other in others:
+        found: dict[tuple[str, int], float] = {}
+        for s in other:
+            if n in s["by_trees"]:
+                found.update(_chosen_gains(s, n))
+        gains.append(found)
+    mine: dict[tuple[str, int], dict[str, float]] = {}
+    taken = [0] * len(runs)
+    for key in runs[0]:
+        have = [i for i, r in enumerate(runs) if key in r and key in gains[i]]
+        if len(have) < len(runs):
+            continue  # a run missing from one weight: not compared
+        best = max(have, key=lambda i: (gains[i][key], -i))
+        taken[best] += 1
+        mine[key] = runs[best][key]
+    return {**_paired(mine, runs[0]), "taken": taken}
+
+
+def ablation_rows(default: Sequence[dict[str, Any]], arms: dict[str, list[dict[str, Any]]], n: str
+                  ) -> dict[str, dict[str, Any]]:
+    """Every arm against the default at ``n`` trees, and where arms trained the same picks at other
+    weights, the guard choosing among those weights too (:func:`guard_choice_row`)."""
+    rows = {name: arm_row(default, arm, n) for name, arm in arms.items()}
+    weight = default[0]["budget"]["picks_weight"] if default else None
+    others = [arm for arm in arms.values() if arm and arm[0]["budget"].get("picks_weight") != weight]
+    if others:
+        tried = [weight, *(arm[0]["budget"]["picks_weight"] for arm in others)]
+        weights = " or ".join(f"{w:g}" for w in tried)
+        rows[f"the guard also chooses the weight ({weights}: one training each)"] = guard_choice_row(
+            default, others, n)
+    return rows
 
 
 def verdict(row: dict[str, Any]) -> str:

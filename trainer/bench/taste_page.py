@@ -16,8 +16,8 @@ from typing import Any
 from ..utils.atomic import atomic_write_text
 from .taste import frontier_name
 from .taste_ablation import (
+    ablation_rows,
     arm_lines,
-    arm_row,
     decomposition,
     decomposition_lines,
     fall_gap_lines,
@@ -184,7 +184,7 @@ def overall_lines(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict
                       "trees and on trees the chosen model sampled, labelled by the same person.", "",
                   *decomposition_lines(parts)]
     if arms:
-        rows = {name: arm_row(summaries, arm, n) for name, arm in arms.items()}
+        rows = ablation_rows(summaries, arms, n)
         lines += ["", "Each lever off (or changed) in turn, on the same tastes and seeds and the same "
                       "frontier, paired per run with the default: the difference of the shares with its "
                       "95% t interval and exact sign-flip p (a difference whose interval holds 0 is "

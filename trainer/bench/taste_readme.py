@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .page import replace_marked
-from .taste_ablation import arm_row, pooled_share, risk_count, verdict
+from .taste_ablation import ablation_rows, pooled_share, risk_count, verdict
 from .taste_page import ABLATION_TREES, AGAINST_PROMPT
 
 BEGIN = "<!-- bench taste summary: begin -->"
@@ -82,8 +82,7 @@ def readme_block(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict[
     lines.append("Every taste and seed, each run's share of its own frontier: "
                  + "; ".join(f"{n} trees {_pct_ci(e)}" for n, e in pooled if e["n"])
                  + f". Runs whose held-out fall went past the limit: {risk['past']} of {risk['runs']}.")
-    for name, arm in (arms or {}).items():
-        row = arm_row(summaries, arm, at)
+    for name, row in ablation_rows(summaries, arms or {}, at).items():
         if row["runs"]:
             lines.append(f"- {name}, at {at} trees against the default on the same {row['runs']} runs: "
                          f"{_points(row['difference'])}, {verdict(row)}.")

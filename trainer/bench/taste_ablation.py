@@ -48,11 +48,11 @@ def _estimate(values: Sequence[float]) -> dict[str, Any]:
     return {"mean": e.mean, "ci95": e.ci95, "n": len(values)}
 
 
-def _chosen_gains(summary: dict[str, Any], n: str) -> dict[tuple[str, int], float]:
+def _chosen_gains(summaries: Sequence[dict[str, Any]], n: str) -> dict[tuple[str, int], float]:
     """Per (taste, seed) at ``n`` trees: the personal reward's gain on validation pairs at the point the
     guard chose (0 where it kept the base model): what the guard itself can see, never the hidden taste."""
-    return {(summary["taste"], c["seed"]): float(c.get("validation_taste_gain", 0.0))
-            for c in summary["by_trees"][n].get("chosen", [])}
+    return {(s["taste"], c["seed"]): float(c.get("validation_taste_gain", 0.0))
+            for s in summaries if n in s["by_trees"] for c in s["by_trees"][n].get("chosen", [])}
 
 
 def _paired(mine: dict[tuple[str, int], dict[str, float]], base: dict[tuple[str, int], dict[str, float]]
@@ -86,19 +86,11 @@ def guard_choice_row(default: Sequence[dict[str, Any]], others: Sequence[Sequenc
     """The guard choosing the picks weight too: per run, of the default and ``others`` (the same picks
     trained at other weights), the one whose chosen point gained most personal reward on the validation
     pairs, each already within the limit there (the default on ties). It reads only what the method
-    sees, and costs one training per weight. Paired against the default like an arm; ``weights`` counts
+    sees, and costs one training per weight. Paired against the default like an arm; ``taken`` counts
     how often each run set was taken."""
-    runs = [_shares(default, n), *(_shares(o, n) for o in others)]
-    gains: list[dict[tuple[str, int], float]] = [{}]
-    for s in default:
-        if n in s["by_trees"]:
-            gains[0].update(_chosen_gains(s, n))
-    for other in others:
-        found: dict[tuple[str, int], float] = {}
-        for s in other:
-            if n in s["by_trees"]:
-                found.update(_chosen_gains(s, n))
-        gains.append(found)
+    sets = [default, *others]
+    runs = [_shares(runs_set, n) for runs_set in sets]
+    gains = [_chosen_gains(runs_set, n) for runs_set in sets]
     mine: dict[tuple[str, int], dict[str, float]] = {}
     taken = [0] * len(runs)
     for key in runs[0]:

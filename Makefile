@@ -40,13 +40,17 @@ $(COMFYUI)/main.py: | $(VENV)/.installed
 
 # Headless Chromium for tests/test_ui_frontend.py (the workflows in ComfyUI's real frontend; skipped
 # without one): Debian's chromium-headless-shell, installed when none is found and we may (root, apt-get)
+# A Debian whose last package install was cut off is repaired first (dpkg --configure -a, apt-get -f).
 browser: venv
 	@if ! $(PY) scripts/check_ui_workflows.py --find-browser >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing chromium-headless-shell (apt-get) for tests/test_ui_frontend.py"; \
 	    log=$$(mktemp); export DEBIAN_FRONTEND=noninteractive; \
-	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-	        chromium-headless-shell fonts-liberation; } >"$$log" 2>&1 || { cat "$$log"; rm -f "$$log"; exit 1; }; \
+	    pkgs="chromium-headless-shell fonts-liberation"; \
+	    { dpkg --configure -a && apt-get update -qq && \
+	      { apt-get install -y -qq --no-install-recommends $$pkgs || \
+	        { apt-get install -y -qq -f && apt-get install -y -qq --no-install-recommends --reinstall $$pkgs; }; }; \
+	    } >"$$log" 2>&1 || { cat "$$log"; rm -f "$$log"; exit 1; }; \
 	    rm -f "$$log"; \
 	  else \
 	    echo "no Chromium found, and installing one needs root and apt-get: tests/test_ui_frontend.py" \

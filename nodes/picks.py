@@ -20,7 +20,7 @@ from ..trainer.guard.levels import DEFAULT_KEEP, GUARDED_PICKS_WEIGHT, KEEP_LEVE
 from ..trainer.preferences.store import PickStore
 from ..trainer.training.from_picks import model_id, store_trees
 from ..trainer.training.plans import check_plan
-from ..trainer.training.session import TrainingState, train_from_picks
+from ..trainer.training.session import TrainingState, picks_iterations, train_from_picks
 from ._comfy import (
     embedded_model_patcher,
     embedded_policy_of,
@@ -179,7 +179,8 @@ def keep_word(keep: str) -> str:
 
 def picks_spec(guard_reward: str, picks_weight: float, keep: str = KEEP_OFF) -> str:
     """The trainer's reward: the picks, and the guard reward with the rest of the weight. Under the
-    guard the picks train at ``GUARDED_PICKS_WEIGHT`` and the limit decides how far they go."""
+    guard it is written at ``GUARDED_PICKS_WEIGHT``; the guard then trains at each of ``guard.weights``
+    (0.3 and 0.5 unless the settings box says otherwise) and keeps one run."""
     weight = picks_weight if keep_word(keep) == "off" else GUARDED_PICKS_WEIGHT
     if guard_reward == NO_GUARD or weight >= 1.0:
         return "picks:1"
@@ -220,7 +221,9 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
                                            "model's folder is refused)"),
                     folder_input(),
                     io.Int.Input("iterations", display_name="training rounds", default=8, min=1, max=100000,
-                                 tooltip="how many training rounds this node runs (iterations)"),
+                                 tooltip="how many training rounds this node runs (iterations); while "
+                                         "it keeps following the prompt, this many at each weight of "
+                                         "your picks it tries"),
                     io.Combo.Input("guard_reward", display_name="keep following the prompt with",
                                    options=guards, default="scene",
                                    tooltip="a reward that keeps the images following their prompt while "
@@ -233,10 +236,11 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
                                    tooltip="how much following the prompt you will trade for your "
                                            "taste: strictly / closely / loosely let the guard reward fall "
                                            "by at most 0.01 / 0.02 / 0.05 (scene reward; another guard: "
-                                           "the same share of its spread). Training keeps a checkpoint "
-                                           "every few rounds and returns the one with the most of your "
-                                           "taste within that; the plot on the node shows them all. off: "
-                                           "a fixed weight (below)"),
+                                           "the same share of its spread). Training runs twice, your "
+                                           "picks weighing 0.3 and 0.5, keeps a checkpoint every few "
+                                           "rounds and returns the one with the most of your taste within "
+                                           "that; the plot on the node shows the kept run. off: a fixed "
+                                           "weight (below)"),
                     io.Float.Input("picks_weight", display_name="weight of your picks (when off)",
                                    default=0.15, min=0.05, max=1.0, step=0.05,
                                    tooltip="experts, only when 'keep following the prompt' is off: how much "
@@ -304,7 +308,6 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
                 latent: dict | None = None) -> io.NodeOutput:
         folder = folder_of(picks_folder)
         weights = parse_weights(reward_weights, models_directory(), model_roots())
-        on_iteration = iteration_reporter(iterations)
         store = PickStore(folder)
         if is_embedded(model):
             policy, shift = embedded_policy_of(model)
@@ -313,6 +316,7 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
                 labelled = store.check(model_id(policy, "embedded"))
             config = picks_config(iterations, folder_prompts(store, labelled), guard_reward, picks_weight,
                                   weights, str(folder), mode, seed, settings, keep=keep_following)
+            on_iteration = iteration_reporter(picks_iterations(config, iterations, previous))
             run = train_from_picks(policy, folder, config, iterations, previous, on_iteration)
             if run.guard is not None:
                 return guarded_outputs(model, run, run.guard.choice, shift)
@@ -329,6 +333,7 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
             labelled = store.check(model_id(policy, family.name))
         config = picks_config(iterations, folder_prompts(store, labelled), guard_reward, picks_weight,
                               weights, str(folder), mode, seed, settings, defaults, keep_following)
+        on_iteration = iteration_reporter(picks_iterations(config, iterations, previous))
         with policy.training(checkpointing=m.gradient_checkpointing):
             run = train_from_picks(policy, folder, config, iterations, previous, on_iteration)
         if run.guard is not None:

@@ -38,7 +38,8 @@ from dynamic_treerpo.trainer.bench.taste import (
 
 def arm_budget(stored: dict, seeds: int, trees: int, weight: float) -> TasteBudget:
     """The stored run's budget with the arm's seeds, tree count and picks weight."""
-    return replace(stored_budget(stored), seeds=seeds, trees=trees, at=(trees,), picks_weight=weight)
+    return replace(stored_budget(stored), seeds=seeds, trees=trees, at=(trees,), picks_weight=weight,
+                   picks_weights=())
 
 
 def run_arm(taste: str, args: argparse.Namespace, command: str) -> None:

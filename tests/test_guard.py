@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from dynamic_treerpo.trainer.config.errors import ConfigError
 from dynamic_treerpo.trainer.config.files import load_config
 from dynamic_treerpo.trainer.config.schema import GuardConfig, TrainConfig
 from dynamic_treerpo.trainer.embedded.policy import EmbeddedPolicy
@@ -231,6 +232,18 @@ def test_headless_training_from_picks_under_the_guard_writes_its_choice_and_figu
     assert (tmp_path / "run" / "guard" / "trade.png").is_file()
     assert (tmp_path / "run" / "guard" / "before_after.png").is_file()
     assert "guard (a fall of at most 0.0500)" in format_summary(summary)
+    # the guard trained the picks at 0.3 and at 0.5, each in its own folder, and kept one run's
+    weights = summary["weights"]
+    assert weights["runs"] == ["weight_0.3", "weight_0.5"] and weights["kept"] in (0.3, 0.5)
+    kept = tmp_path / "run" / f"weight_{weights['kept']:g}"
+    assert (kept / "config.yaml").read_text().count(f"picks:{weights['kept']:g}") == 1
+    top = tmp_path / "run" / "guard"
+    assert load_guard(kept / "guard").trail.to_json() == load_guard(top).trail.to_json()
+    assert "at weights 0.3 and 0.5" in weights["line"] and weights["line"] in format_summary(summary)
+    with pytest.raises(ConfigError, match="already holds a run; add --resume"):
+        run_training(run, tmp_path / "run", progress=False)
+    again = run_training(run, tmp_path / "run", resume=True, progress=False)  # finished: re-written only
+    assert again["weights"] == weights and again["guard"] == guard
     assert math.isfinite(summary["eval_reward"]["final"])
 
     # another checkpoint at half strength, without training: `treerpo take`

@@ -12,7 +12,8 @@ from dynamic_treerpo.trainer.bench.taste import QUICK, SeedResult
 from dynamic_treerpo.trainer.bench.taste_page import markdown
 from dynamic_treerpo.trainer.bench.taste_summary import summarise
 
-BUDGET = replace(QUICK, seeds=3, trees=50, at=(), frontier_weights=(0.3, 0.5), frontier_steer=False, rounds=1)
+BUDGET = replace(QUICK, seeds=3, trees=50, at=(), frontier_weights=(0.3, 0.5), frontier_steer=False, rounds=1,
+                 picks_weights=())  # the method at one fixed weight (picks_weight), as 0.4.0's table
 
 
 def _seed(seed: int, gain: float, fall: float, margin0_gain: float, frontier: dict[str, float],
@@ -61,6 +62,9 @@ def test_the_decomposition_splits_the_gap_to_the_frontier() -> None:
     assert part["method_error_free"] == pytest.approx(0.13) and part["picks_mistakes"] == pytest.approx(0.03)
     assert part["base_accuracy"] == pytest.approx(0.8) and part["on_policy_accuracy"] == pytest.approx(0.7)
     assert math.isnan(ab.decomposition(main, "50")["method_error_free"])
+    # a method that tries 0.3 and 0.5 is set against the oracle's best of those two weights, per seed
+    main["budget"]["picks_weights"] = [0.3, 0.5]
+    assert ab.decomposition(main, "50", clean)["oracle_at_method_weight"] == pytest.approx(0.2)
 
 
 def test_an_arm_is_paired_per_taste_and_seed_with_the_default() -> None:

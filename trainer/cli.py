@@ -221,6 +221,10 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                         "(default 1)")
     t.add_argument("--mistakes", type=float, default=None,
                    help="the simulated person's share of random marks (default 0.15; 0: error-free picks)")
+    t.add_argument("--picks-weights", default=None, metavar="W,W,...",
+                   help="the picks weights the method trains at, one training each, keeping the run whose "
+                        "choice gained the most personal reward on validation pairs (default 0.3,0.5, as "
+                        "guard.weights); one weight: that fixed weight")
     t.add_argument("--quick", action="store_true", help="a smoke run (2 tastes, 6 trees, 2 seeds): CI's")
     t.add_argument("--out", type=Path, default=Path("runs/taste"), help="where <taste>/taste.json go")
     t.add_argument("--resume", action="store_true",
@@ -339,6 +343,7 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
     from .bench.taste_page import overall_lines, write_docs
     from .bench.taste_readme import readme_block, with_readme_block
     from .bench.taste_summary import format_summary
+    from .guard.weights import check_weights
     from .utils.atomic import atomic_write_text
 
     default = QUICK_TASTES if args.quick else TASTE_SET
@@ -358,6 +363,9 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
         changes: dict[str, object] = {k: v for k, v in given if v is not None}
         if args.at:
             changes["at"] = tuple(int(n) for n in args.at.split(","))
+        if args.picks_weights:
+            changes["picks_weights"] = check_weights(float(w) for w in args.picks_weights.split(","))
+            changes["picks_weight"] = changes["picks_weights"][0]
         budget = replace(budget, **changes)
         extra = [*(QUICK_OVERRIDES if args.quick else ()), *args.overrides]
         summaries = [run_taste(budget, taste, out, extra, command=command, resume=args.resume,
@@ -400,9 +408,10 @@ def _taste_command(args: argparse.Namespace) -> str:
     import shlex
 
     parts = ["treerpo", "bench", "taste"]
-    for flag in ("tastes", "trees", "seeds", "iterations", "at", "keep", "rounds", "mistakes"):
+    flags = ("tastes", "trees", "seeds", "iterations", "at", "keep", "rounds", "mistakes", "picks_weights")
+    for flag in flags:
         if getattr(args, flag) is not None:
-            parts += [f"--{flag}", str(getattr(args, flag))]
+            parts += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     parts += ["--quick"] * args.quick
     for override in args.overrides:
         parts += ["--set", override]

@@ -39,6 +39,7 @@ from ..config.schema import TrainConfig
 from ..core.flow import make_sigmas
 from ..guard.choice import choose, take
 from ..guard.levels import GUARDED_PICKS_WEIGHT
+from ..guard.weights import DEFAULT_WEIGHTS
 from ..preferences.store import PickStore
 from ..rewards.registry import get_reward
 from ..training.evaluate import generate
@@ -83,7 +84,8 @@ class TasteBudget:
     keep: str = "closely"
     checkpoints: int = 4
     margin: float = 1.0
-    picks_weight: float = GUARDED_PICKS_WEIGHT
+    picks_weight: float = GUARDED_PICKS_WEIGHT  # the reward as written; the steered frontier starts there
+    picks_weights: tuple[float, ...] = DEFAULT_WEIGHTS  # the guard's (guard.weights); (): picks_weight alone
     frontier_weights: tuple[float, ...] = FRONTIER_WEIGHTS
     frontier_strengths: int = 4  # lower LoRA strengths the frontier tries, as the guard does (0: none)
     likes: int = 2
@@ -212,12 +214,13 @@ def _one_round(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[s
     model's test figures (measured here when not given). Also ``(trainer, fit)``, for a second round."""
     config = _config(budget, seed, "scene", {}, extra)
     fit = fit_picks(store, ids, config)
-    trainer, result = train_guarded(config, fit, budget.picks_weight, _quiet)
+    trainer, result, weights = train_guarded(config, fit, budget.picks_weights or (budget.picks_weight,),
+                                             _quiet)
     if keep is not None:
         keep[f"{len(ids)} trees"] = grid_images(trainer)
     before = before or measure_base(trainer, result, taste, scene)
     run = summary(fit, result, test_points(trainer, result, before, taste, scene, measure))
-    return run, (trainer, fit)
+    return {**run, "weights": weights.to_json()}, (trainer, fit)
 
 
 def measure_base(trainer: Trainer, result: Any, taste: Taste, scene: Callable[..., Any]) -> dict[str, float]:
@@ -450,14 +453,16 @@ def _per_seed(budget: dict[str, Any]) -> dict[str, Any]:
 
 
 def _stored_budget(data: dict[str, Any]) -> dict[str, Any]:
-    """A ``taste.json``'s budget; one written before ``frontier_strengths`` existed had none (0)."""
-    return {"frontier_strengths": 0, **data["budget"]}
+    """A ``taste.json``'s budget; one written before ``frontier_strengths`` existed had none (0), one
+    written before the guard chose the weight trained at ``picks_weight`` alone (no ``picks_weights``)."""
+    return {"frontier_strengths": 0, "picks_weights": [], **data["budget"]}
 
 
 def stored_budget(data: dict[str, Any]) -> TasteBudget:
     """The budget a stored ``taste.json`` was run with (its tuples as tuples again)."""
     b = _stored_budget(data)
-    return TasteBudget(**{**b, **{k: tuple(b[k]) for k in ("modes", "at", "frontier_weights")}})
+    tuples = ("modes", "at", "frontier_weights", "picks_weights")
+    return TasteBudget(**{**b, **{k: tuple(b[k]) for k in tuples}})
 
 
 def _redo_frontier(budget: TasteBudget, done: list[SeedResult], previous: dict[str, Any], taste: str,
@@ -488,7 +493,7 @@ FRONTIER_BLIND = ("guard.pairs", "guard.search", "guard.strength_tries", "guard.
 """Options (``--set``) the frontier sets itself or never reads: a run that differs from another only in
 these (and in the person, the rounds or the tree counts) may take that run's frontier."""
 _NOT_FRONTIER = ("seeds", "trees", "at", "rounds", "mistakes", "likes", "dislikes", "margin", "modes",
-                 "first_seed")
+                 "first_seed", "picks_weights")
 
 
 def _frontier_keys(budget: dict[str, Any]) -> dict[str, Any]:

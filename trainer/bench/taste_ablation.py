@@ -134,17 +134,26 @@ def _mean(values: Sequence[float]) -> float:
     return statistics.fmean(values) if values else math.nan
 
 
+def oracle_at_method_weights(summary: dict[str, Any]) -> float:
+    """The oracle at the picks weights the method trains at, as a mean over seeds: at its one fixed
+    weight, or per seed the best of the weights the guard tries (the oracle chooses among them too)."""
+    budget, by_weight = summary["budget"], summary["frontier"]["by_weight"]
+    names = [f"{w:g}" for w in (budget.get("picks_weights") or [budget["picks_weight"]])]
+    if not all(w in by_weight for w in names):
+        return math.nan
+    per_seed = zip(*(by_weight[w]["per_seed"] for w in names), strict=True)
+    return _mean([max(values) for values in per_seed])
+
+
 def decomposition(summary: dict[str, Any], n: str, clean: dict[str, Any] | None = None) -> dict[str, Any]:
     """One taste at ``n`` trees, as means over its seeds: the frontier, the oracle at the method's picks
     weight, the method chosen with margin 0 and with the default margin, the method on error-free picks
     (``clean``: a run with ``--mistakes 0``), and the reward's pair accuracy on base and trained trees."""
     row = summary["by_trees"][n]
-    weight = f"{summary['budget']['picks_weight']:g}"
-    by_weight = summary["frontier"]["by_weight"]
     out: dict[str, Any] = {
         "taste": summary["taste"], "trees": int(n), "seeds": len(summary["seeds"]),
         "frontier": row["frontier_gain"]["mean"],
-        "oracle_at_method_weight": by_weight[weight]["mean"] if weight in by_weight else math.nan,
+        "oracle_at_method_weight": oracle_at_method_weights(summary),
         "method_margin_0": row.get("margins", {}).get("0", {}).get("taste_gain", {}).get("mean", math.nan),
         "method": row["taste_gain"]["mean"],
         "base_accuracy": row["held_out_pair_accuracy"],

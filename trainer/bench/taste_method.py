@@ -17,11 +17,13 @@ from typing import Any
 import torch
 
 from ..guard.choice import choose, take
+from ..guard.weights import WeightChoice
 from ..preferences.pairs import tree_pairs
 from ..preferences.store import PickStore
 from ..training.from_picks import model_id, store_trees
 from ..training.guarded import guard_trainer, separate_validation_pairs
 from ..training.loop import Trainer
+from ..training.weighted import train_at_weights
 from .person import SimulatedPerson, Taste
 
 MARGINS_MEASURED = (0.0, 0.5, 1.0)
@@ -57,21 +59,28 @@ def on_policy_accuracy(fit: Any, store: PickStore, ids: Sequence[str],
     return pair_accuracy(fit.head, feats, pairs)
 
 
-def train_guarded(config: Any, fit: Any, picks_weight: float, quiet: Callable[[str], None]
-                  ) -> tuple[Trainer, Any]:
-    """Train ``config`` on ``picks:w, scene:1-w`` with the personal reward under the guard; the trainer
-    (its policy holds the chosen checkpoint) and the guarded result."""
+def train_guarded(config: Any, fit: Any, weights: Sequence[float], quiet: Callable[[str], None]
+                  ) -> tuple[Trainer, Any, WeightChoice]:
+    """Train ``config`` on ``picks:w, scene:1-w`` with the personal reward under the guard, once per picks
+    weight ``w`` of ``weights``, as the node and ``treerpo train`` do (``trainer/training/weighted.py``):
+    the trainer (its policy holds the chosen checkpoint of the kept run), the kept run's result, and
+    which weight was kept with each run's validation gain."""
     from ..rewards.mix import RewardMix
     from ..rewards.personal import PersonalReward
 
-    spec = f"picks:{picks_weight:g},scene:{1 - picks_weight:g}"
+    first = weights[0]
+    spec = f"picks:{first:g},scene:{1 - first:g}"
     trainer = Trainer(config)
     trainer.reward = RewardMix(spec, {}, trainer.device,
                                prebuilt={"picks": PersonalReward(fit, picks_features(config)),
                                          **trainer.reward.fns})
     pairs = separate_validation_pairs(config, trainer.eval_pairs)
-    tracker = guard_trainer(trainer, pairs, taste="picks", log=quiet, reward_spec=spec)
-    return trainer, tracker.run(0, config.iterations)
+
+    def tracker_for(written: str) -> Any:
+        return guard_trainer(trainer, pairs, taste="picks", log=quiet, reward_spec=written)
+
+    tracked = train_at_weights(trainer, weights, tracker_for, 0, config.iterations, reward=spec)
+    return trainer, tracked.result, tracked.choice
 
 
 def test_points(trainer: Trainer, result: Any, before: dict[str, float], taste: Taste, scene: Any,

@@ -32,6 +32,17 @@ AGAINST_PROMPT = ("lower_objects", "warm_shades")
 """Tastes written to pull against the prompt (their oracle's scene reward falls as the taste rises)."""
 
 
+def method_weights(budget: dict[str, Any]) -> str:
+    """How the method weighs the picks, in words: at one fixed weight, or once at each weight the guard
+    tries, keeping the run whose choice gained the most personal reward on the validation pairs."""
+    weights = budget.get("picks_weights") or [budget["picks_weight"]]
+    if len(weights) == 1:
+        return f"x 8 leaves at `picks:{weights[0]:g},scene:{1 - weights[0]:g}`"
+    return ("x 8 leaves once at each picks weight " + " and ".join(f"{w:g}" for w in weights)
+            + " (`picks:w,scene:1-w`, one training each; the guard keeps the run whose choice gained the "
+              "most personal reward on the validation pairs)")
+
+
 def marks(key: str) -> tuple[str, str]:
     """The begin and end lines of the section of ``key``."""
     return MARK.format(key=f" {key}", edge="begin"), MARK.format(key=f" {key}", edge="end")
@@ -217,8 +228,7 @@ def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: st
         f"of the embedded model: likes {b['likes']}, dislikes {b['dislikes']}, {b['mistakes']:.0%} of its "
         f"marks random mistakes. From the first {counts} labelled trees the default method fits the "
         f"personal reward and trains {b['iterations']} iterations of {b['prompts_per_iteration']} prompts "
-        "x 8 leaves at "
-        f"`picks:{b['picks_weight']:g},scene:{1 - b['picks_weight']:g}` with the guard at its default "
+        + method_weights(b) + " with the guard at its default "
         f"(`{b['keep']}`: prompt-following, the scene reward, may fall by at most the limit): "
         + ("in two rounds of picks (half the trees on the base model, half on the first round's chosen "
            "model; the second round fits on every pick and trains again from the base model): "

@@ -8,20 +8,25 @@ already finished run only re-writes the final artefacts).
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..config.files import ConfigError, load_config, save_config
 from ..config.schema import TrainConfig
 from ..guard.tracker import GuardedTraining
+from ..guard.weights import choose_weight, spec_at, validation_gain
 from ..utils.atomic import atomic_write_text
 from .checkpoint import load_latest, save_checkpoint
 from .distributed import Dist, barrier, setup, teardown
 from .factory import make_trainer
 from .guarded import (
+    PICKS,
     guard_trainer,
     guarded,
+    load_guard,
     resumed_guard,
     save_guard,
     save_progress,
@@ -91,6 +96,10 @@ def run_training(config: TrainConfig, run_dir: str | Path, resume: bool = False,
 
 
 def _run(config: TrainConfig, run_dir: Path, resume: bool, progress: bool, d: Dist) -> dict[str, Any]:
+    if guarded(config) and len(config.guard.weights) > 1:
+        return _run_weights(config, run_dir, resume, progress, d)
+    if guarded(config) and config.guard.weights:  # one weight: the picks train at it
+        config = at_weight(config, config.guard.weights[0])
     metrics_path = run_dir / "metrics.csv"
     if metrics_path.exists() and not resume:
         raise ConfigError(f"run folder {run_dir} already holds a run; add --resume to continue it "
@@ -171,6 +180,47 @@ def _run(config: TrainConfig, run_dir: Path, resume: bool, progress: bool, d: Di
     return summary
 
 
+WEIGHT_RUN = "weight_{:g}"
+"""The folder of each picks weight's run inside a run folder that tried several."""
+
+
+def at_weight(config: TrainConfig, weight: float) -> TrainConfig:
+    """``config`` training the picks at ``weight`` alone (the other terms share the rest as written)."""
+    return replace(config, reward=spec_at(config.reward, PICKS, weight),
+                   guard=replace(config.guard, weights=(weight,)))
+
+
+def _run_weights(config: TrainConfig, run_dir: Path, resume: bool, progress: bool, d: Dist) -> dict[str, Any]:
+    """A run per picks weight of ``guard.weights`` in ``run_dir/weight_<w>``, each resumable on its own;
+    the run whose chosen checkpoint gained the most personal reward on the validation pairs is kept: its
+    LoRA, guard figures and samples are copied to ``run_dir`` itself, and the summary says why."""
+    folders = [run_dir / WEIGHT_RUN.format(w) for w in config.guard.weights]
+    started = [f for f in [run_dir, *folders] if (f / "metrics.csv").exists()]
+    if started and not resume:
+        raise ConfigError(f"run folder {run_dir} already holds a run; add --resume to continue it "
+                          "or choose another --out")
+    if d.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_resolved_config(config, run_dir)
+    runs = [_run(at_weight(config, w), folder, resume, progress, d)
+            for w, folder in zip(config.guard.weights, folders, strict=True)]
+    if not d.is_main:
+        return {}
+    gains = []
+    for folder in folders:
+        result = load_guard(folder / "guard", config.guard.margin)
+        gains.append(validation_gain(result.trail, result.choice))
+    choice = choose_weight(config.guard.weights, gains)
+    kept = folders[choice.index]
+    for part in ("lora", "guard", "samples", "plots"):
+        if (kept / part).is_dir():
+            shutil.copytree(kept / part, run_dir / part, dirs_exist_ok=True)
+    summary = {**runs[choice.index], "weights": {**choice.to_json(), "line": choice.line(),
+                                                 "runs": [f.name for f in folders]}}
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
 def start_guard(trainer: Trainer, folder: Path, done: int, config: TrainConfig) -> GuardedTraining:
     """The guard of a headless run: validation pairs of their own prompts (never a test prompt, never
     trained on), the base measured once (a resumed run continues the measurements it saved)."""
@@ -216,4 +266,7 @@ def format_summary(summary: dict[str, Any]) -> str:
             lines.append(f"  {key:<13} base {v['base']:.4f} -> final {v['final']:.4f} ({v['delta']:+.4f})")
     if guard is not None and guard.get("choice"):
         lines.append(f"  guard (a fall of at most {guard['limit']:.4f}): {guard['choice']['reason']}")
+    if summary.get("weights"):
+        weights = summary["weights"]
+        lines.append(f"  guard: {weights['line']} (each run in {', '.join(weights['runs'])})")
     return "\n".join(lines)

@@ -17,12 +17,14 @@ from typing import Any
 import torch
 
 from ..config.schema import TrainConfig
+from ..guard.weights import WeightChoice
 from ..models.policy import Policy
 from .evaluate import read_prompt_file
 from .factory import make_trainer
 from .guarded import guard_trainer, guarded, same_prompt_pairs, separate_validation_pairs
 from .logs import finite_numbers
 from .loop import Trainer
+from .weighted import train_at_weights, tried_weights
 
 HISTORY_KEYS = ("reward_mean", "reward_max", "exact_mean", "loss", "grpo_loss", "prm_loss", "kl",
                 "clip_frac", "grad_norm", "iteration_s")
@@ -42,6 +44,7 @@ class TrainingState:
     history: list[dict[str, float]] = field(default_factory=list)
     policy: Policy | None = None
     guard: Any = None  # a guarded run's checkpoints and choice (trainer.guard.run.GuardedResult)
+    picks_weights: WeightChoice | None = None  # a guarded run: the picks weights it tried, the one kept
 
 
 def _history_row(row: dict[str, Any]) -> dict[str, float]:
@@ -91,11 +94,11 @@ def history_reporter(history: list[dict[str, float]], start: int,
 
 
 def finish_steps(trainer: Trainer, config: TrainConfig, history: list[dict[str, float]],
-                 guard: Any = None) -> TrainingState:
+                 guard: Any = None, weights: WeightChoice | None = None) -> TrainingState:
     """The state to continue from after a step (the trainer's current weights)."""
     trainer.policy.eval()
     return TrainingState(config, config.iterations, trainer.trained_state(), trainer.optimizer.state_dict(),
-                         trainer.state(), history, trainer.policy, guard)
+                         trainer.state(), history, trainer.policy, guard, weights)
 
 
 def train_steps(policy: Policy, config: TrainConfig, count: int, previous: TrainingState | None = None,
@@ -113,14 +116,24 @@ def train_steps(policy: Policy, config: TrainConfig, count: int, previous: Train
         return finish_steps(trainer, config, history)
 
 
+def picks_iterations(config: TrainConfig, iterations: int, previous: TrainingState | None = None) -> int:
+    """How many iterations :func:`train_from_picks` will report: ``iterations`` per picks weight the
+    guard tries (a front end's progress bar)."""
+    if not (config.uses_picks and guarded(config)) or (previous is not None and previous.picks_weights):
+        return iterations
+    return iterations * len(tried_weights(config))
+
+
 def train_from_picks(policy: Policy, picks_dir: str | Path, config: TrainConfig, iterations: int,
                      previous: TrainingState | None = None,
                      on_iteration: Callable[[int, dict[str, Any]], None] | None = None,
                      log: Callable[[str], None] = print) -> TrainingState:
     """:func:`train_steps` from the picks of ``picks_dir`` (docs/picks.md): ``config.reward`` must name
     ``picks`` (e.g. ``picks:0.5,scene:0.5``) and ``config.picks.mode`` says how they train. Under the
-    guard (``guard.keep`` not ``off``) the state's weights and policy are the checkpoint the guard
-    chose, and ``state.guard`` holds every checkpoint kept (another one is taken without training)."""
+    guard (``guard.keep`` not ``off``) the picks train once at each of ``guard.weights`` and the guard
+    keeps one run (``state.picks_weights`` says which and why); the state's weights and policy are the
+    checkpoint it chose, and ``state.guard`` holds every checkpoint of that run (another one is taken
+    without training). ``on_iteration`` counts the iterations of every weight's run in turn."""
     config = replace(config, data=replace(config.data, picks=str(picks_dir)))
     if not config.uses_picks:
         raise ValueError(f"reward {config.reward!r} does not name picks: e.g. picks:0.5,scene:0.5")
@@ -133,7 +146,17 @@ def train_from_picks(policy: Policy, picks_dir: str | Path, config: TrainConfig,
         measured = previous.config if previous is not None and previous.guard is not None else config
         pairs = (same_prompt_pairs(read_prompt_file(measured.data.prompts), config) if own_prompts
                  else separate_validation_pairs(config, trainer.eval_pairs))
-        tracker = guard_trainer(trainer, pairs, log=log, exclude_pairs=not own_prompts,
-                                previous=previous.guard if previous is not None else None)
-        result = tracker.run(start, iterations, history_reporter(history, start, on_iteration))
-        return finish_steps(trainer, config, history, result)
+        before = previous.guard if previous is not None else None
+        # a continued run goes on at the weight its first step kept (its trail carries on)
+        weights = ((previous.picks_weights.weight,) if previous is not None and previous.picks_weights
+                   else tried_weights(config))
+
+        def tracker_for(spec: str) -> Any:
+            return guard_trainer(trainer, pairs, log=log, exclude_pairs=not own_prompts, previous=before,
+                                 reward_spec=spec)
+
+        tracked = train_at_weights(trainer, weights, tracker_for, start, iterations, on_iteration)
+        if len(weights) > 1:
+            log(f"guard: {tracked.choice.line()}")
+        history += [_history_row(row) for row in tracked.histories[tracked.choice.index]]
+        return finish_steps(trainer, config, history, tracked.result, tracked.choice)

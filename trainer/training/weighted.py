@@ -1,0 +1,98 @@
+"""The guard trains the same picks at each of ``guard.weights`` and keeps one run (see
+``trainer/guard/weights.py``).
+
+Every run starts from the same state (the LoRA as initialised or continued, the optimizer, the random
+draws), so the runs differ only in the picks weight: the trainer is reset between them instead of built
+again, which a front end's model (a ComfyUI MODEL) allows where loading it twice would not.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..config.schema import TrainConfig
+from ..guard.tracker import GuardedResult, GuardedTraining
+from ..guard.weights import WeightChoice, choose_weight, spec_at, validation_gain
+from .loop import Trainer
+
+PICKS = "picks"
+Report = Callable[[int, dict[str, Any]], None]
+
+
+def tried_weights(config: TrainConfig, taste: str = PICKS) -> tuple[float, ...]:
+    """The picks weights a guarded run trains at: ``guard.weights``, or the reward's own weight when it
+    is empty (the expert's fixed weight)."""
+    if config.guard.weights:
+        return config.guard.weights
+    from ..rewards.mix import parse_reward_spec
+
+    return (next(t.weight for t in parse_reward_spec(config.reward) if t.name == taste),)
+
+
+@dataclass
+class StartState:
+    """What the trainer is reset to before each weight's run."""
+
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    state: dict[str, Any]
+
+    @classmethod
+    def of(cls, trainer: Trainer) -> StartState:
+        return cls({k: v.detach().clone() for k, v in trainer.trained_state().items()},
+                   copy.deepcopy(trainer.optimizer.state_dict()), copy.deepcopy(trainer.state()))
+
+    def restore(self, trainer: Trainer) -> None:
+        trainer.restore(self.weights, copy.deepcopy(self.optimizer), copy.deepcopy(self.state))
+
+
+@dataclass
+class WeightedResult:
+    """The kept run, which weight it was and why, and each weight's run and history (a row per iteration)."""
+
+    result: GuardedResult
+    choice: WeightChoice
+    results: list[GuardedResult]
+    histories: list[list[dict[str, Any]]]
+
+
+def train_at_weights(trainer: Trainer, weights: Sequence[float],
+                     tracker_for: Callable[[str], GuardedTraining], start: int, count: int,
+                     on_iteration: Report | None = None, taste: str = PICKS, reward: str | None = None
+                     ) -> WeightedResult:
+    """Train iterations ``start .. start+count-1`` once per weight under the guard (``tracker_for(spec)``
+    builds the guard for the reward spec at that weight), keep the run whose chosen point gained the most
+    validation taste, and load its chosen weights into the trainer's policy (the optimizer and the
+    trainer's state are the kept run's, as it stopped). ``on_iteration`` sees the
+    iterations of all runs in turn, counted from 1 to ``count * len(weights)``. ``reward``: the reward
+    spec as written, when the trainer's config does not name it (a benchmark builds its own reward)."""
+    begin = StartState.of(trainer)
+    results, histories, ends = [], [], []
+    for i, weight in enumerate(weights):
+        if i:
+            begin.restore(trainer)
+        spec = spec_at(reward or trainer.config.reward, taste, weight)
+        trainer.reward.set_share(taste, weight)
+        history: list[dict[str, Any]] = []
+
+        def report(done: int, row: dict[str, Any], offset: int = i * count,
+                   rows: list[dict[str, Any]] = history) -> None:
+            rows.append(row)
+            if on_iteration is not None:
+                on_iteration(offset + done, row)
+
+        results.append(tracker_for(spec).run(start, count, report))
+        histories.append(history)
+        ends.append(StartState.of(trainer) if len(weights) > 1 else None)
+    choice = choose_weight(list(weights), [validation_gain(r.trail, r.choice) for r in results])
+    kept, end = results[choice.index], ends[choice.index]
+    if end is not None:  # a later step continues from where the kept run stopped training
+        end.restore(trainer)
+    trainer.reward.set_share(taste, choice.weight)
+    kept.apply(trainer.policy.transformer)
+    return WeightedResult(kept, choice, results, histories)

@@ -63,7 +63,8 @@ def guard_ui(run: TrainingState, choice: Choice) -> dict[str, Any]:
     """The node's UI after a guarded run: the trade plot and the before/after grid as previews, and the
     choice's one line (also sent as the node's text)."""
     folder = Path(tempfile.mkdtemp(prefix="treerpo_guard_", dir=temp_directory()))
-    files = write_figures(run.guard, folder, choice)
+    files = write_figures(run.guard, folder, choice,
+                          run.picks_weights.others() if run.picks_weights is not None else ())
     images = [entry for name in ("trade", "before_after")
               for entry in preview_images(_image_tensor(files[name]), side=640)]
     line = f"chose {choice.reason}" if choice.point is not None or choice.within_limit else choice.reason

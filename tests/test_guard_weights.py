@@ -88,3 +88,27 @@ def test_each_weight_trains_from_the_same_start_as_a_fresh_run_at_that_weight() 
         assert path == [weight] * 2
     gains = [validation_gain(r.trail, r.choice) for r in both.results]
     assert both.choice.gains == tuple(gains) and both.result is both.results[both.choice.index]
+
+
+def test_the_trade_plot_shows_the_run_not_kept_in_grey(tmp_path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    from dynamic_treerpo.trainer.guard.choice import choose
+    from dynamic_treerpo.trainer.guard.figures import trade_plot
+
+    def trail(weight: float, slope: float) -> Trail:
+        points = [TrailPoint(it, 1.0, slope * it / 24, 0.5 - 0.001 * it, 0.005, weight) for it in (6, 12, 24)]
+        return Trail(0.02, 0.2, [TrailPoint(0, 1.0, 0.0, 0.5), *points])
+
+    kept, other = trail(0.5, 0.8), trail(0.3, 0.5)
+    grey = (0x9C, 0xA3, 0xAF)
+
+    def greys(path) -> int:
+        with Image.open(path) as image:
+            pixels = torch.tensor(np.asarray(image.convert("RGB")), dtype=torch.int32)
+        return int(((pixels - torch.tensor(grey)).abs().amax(dim=-1) < 8).sum())
+
+    trade_plot(kept, choose(kept, 1.0), tmp_path / "one.png")
+    trade_plot(kept, choose(kept, 1.0), tmp_path / "two.png", others=[other])
+    assert greys(tmp_path / "two.png") > greys(tmp_path / "one.png") + 200

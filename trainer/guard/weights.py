@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..rewards.mix import parse_reward_spec
 from .choice import Choice
@@ -58,11 +58,17 @@ def validation_gain(trail: Trail, choice: Choice) -> float:
 
 @dataclass(frozen=True)
 class WeightChoice:
-    """Which of the runs at ``weights`` was kept (``index``) and each run's validation gain."""
+    """Which of the runs at ``weights`` was kept (``index``), each run's validation gain, and each run's
+    trail (for the trade plot; empty when not kept)."""
 
     weights: tuple[float, ...]
     gains: tuple[float, ...]
     index: int
+    trails: tuple[Trail, ...] = field(default=(), compare=False, repr=False)
+
+    def others(self) -> list[Trail]:
+        """The trails of the runs not kept."""
+        return [t for i, t in enumerate(self.trails) if i != self.index]
 
     @property
     def weight(self) -> float:
@@ -89,10 +95,12 @@ def _listed(weights: Sequence[float]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def choose_weight(weights: Sequence[float], gains: Sequence[float]) -> WeightChoice:
+def choose_weight(weights: Sequence[float], gains: Sequence[float], trails: Sequence[Trail] = ()
+                  ) -> WeightChoice:
     """The run whose chosen point gained the most validation taste; the first weight on ties (the
-    earlier default, 0.3, when nothing gained)."""
+    earlier default, 0.3, when nothing gained). ``trails``: each run's, kept for the trade plot."""
     if not weights or len(weights) != len(gains):
         raise ValueError("choose_weight needs one validation gain per weight")
     index = max(range(len(weights)), key=lambda i: (gains[i], -i))
-    return WeightChoice(tuple(float(w) for w in weights), tuple(float(g) for g in gains), index)
+    return WeightChoice(tuple(float(w) for w in weights), tuple(float(g) for g in gains), index,
+                        tuple(trails))

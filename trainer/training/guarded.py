@@ -94,11 +94,13 @@ def before_after(result: GuardedResult, out_png: str | Path, choice: Choice | No
     save_image_grid(stacked, out_png, nrow=width, captions=captions, scale=3, font_size=15)
 
 
-def write_figures(result: GuardedResult, folder: Path, choice: Choice | None = None) -> dict[str, Path]:
-    """``trade.png`` and ``before_after.png`` in ``folder``."""
+def write_figures(result: GuardedResult, folder: Path, choice: Choice | None = None,
+                  others: Sequence[Trail] = ()) -> dict[str, Path]:
+    """``trade.png`` and ``before_after.png`` in ``folder``; ``others``: the trails of the runs at the
+    picks weights the guard did not keep (grey on the trade plot)."""
     folder.mkdir(parents=True, exist_ok=True)
     files = {"trade": folder / "trade.png", "before_after": folder / "before_after.png"}
-    trade_plot(result.trail, choice or result.choice, files["trade"])
+    trade_plot(result.trail, choice or result.choice, files["trade"], others=others)
     before_after(result, files["before_after"], choice)
     return files
 

@@ -206,15 +206,14 @@ def _run_weights(config: TrainConfig, run_dir: Path, resume: bool, progress: boo
             for w, folder in zip(config.guard.weights, folders, strict=True)]
     if not d.is_main:
         return {}
-    gains = []
-    for folder in folders:
-        result = load_guard(folder / "guard", config.guard.margin)
-        gains.append(validation_gain(result.trail, result.choice))
-    choice = choose_weight(config.guard.weights, gains)
+    results = [load_guard(folder / "guard", config.guard.margin) for folder in folders]
+    choice = choose_weight(config.guard.weights, [validation_gain(r.trail, r.choice) for r in results])
     kept = folders[choice.index]
     for part in ("lora", "guard", "samples", "plots"):
         if (kept / part).is_dir():
             shutil.copytree(kept / part, run_dir / part, dirs_exist_ok=True)
+    write_figures(results[choice.index], run_dir / "guard",
+                  others=[r.trail for i, r in enumerate(results) if i != choice.index])
     summary = {**runs[choice.index], "weights": {**choice.to_json(), "line": choice.line(),
                                                  "runs": [f.name for f in folders]}}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")

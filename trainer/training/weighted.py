@@ -89,7 +89,8 @@ def train_at_weights(trainer: Trainer, weights: Sequence[float],
         results.append(tracker_for(spec).run(start, count, report))
         histories.append(history)
         ends.append(StartState.of(trainer) if len(weights) > 1 else None)
-    choice = choose_weight(list(weights), [validation_gain(r.trail, r.choice) for r in results])
+    choice = choose_weight(list(weights), [validation_gain(r.trail, r.choice) for r in results],
+                           [r.trail for r in results])
     kept, end = results[choice.index], ends[choice.index]
     if end is not None:  # a later step continues from where the kept run stopped training
         end.restore(trainer)

@@ -67,8 +67,8 @@ def guard_ui(run: TrainingState, choice: Choice) -> dict[str, Any]:
                           run.picks_weights.others() if run.picks_weights is not None else ())
     images = [entry for name in ("trade", "before_after")
               for entry in preview_images(_image_tensor(files[name]), side=640)]
-    line = f"chose {choice.reason}" if choice.point is not None or choice.within_limit else choice.reason
-    if run.picks_weights is not None and len(run.picks_weights.weights) > 1:
+    line = f"chose {choice.reason}" if choice.point is not None else choice.reason
+    if choice.point is not None and run.picks_weights is not None and len(run.picks_weights.weights) > 1:
         line += f"; it {run.picks_weights.line()}"
     send_node_text(line)
     return {"images": images, GUARD_TEXT: [line], PICKS_TEXT: [picks_line(run)]}

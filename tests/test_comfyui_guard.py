@@ -84,6 +84,8 @@ def test_the_guard_chooses_and_shows_the_trade_on_the_node(server: Server, folde
     line = ui["treerpo_guard"][0]
     assert "\n" not in line and ("chose" in line or "base model" in line)
     assert "limit" in line
+    if "chose" in line:  # the picks trained at both weights of guard.weights; the line says which was kept
+        assert "; it trained your picks at weights 0.3 and 0.5 and kept 0." in line, line
 
 
 def test_another_checkpoint_or_strength_is_taken_without_training_again(server: Server, folder: str) -> None:

@@ -54,6 +54,14 @@ def taste_line(summary: dict[str, Any], counts: Sequence[str]) -> str:
             + f" | {guard['mean']:+.3f} |")
 
 
+def trained_at(budget: dict[str, Any]) -> str:
+    """The picks weights the table's method trained at, in a few words."""
+    weights = budget.get("picks_weights") or [budget["picks_weight"]]
+    if len(weights) == 1:
+        return f"at a fixed picks weight of {weights[0]:g}"
+    return "at picks weights " + " and ".join(f"{w:g}" for w in weights) + " (the guard keeps one run)"
+
+
 def readme_block(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict[str, Any]]] | None = None,
                  page: str = "docs/results.md#every-taste-learning-from-picks-under-the-guard") -> str:
     """The block, markers included."""
@@ -65,7 +73,8 @@ def readme_block(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict[
     lines = [
         BEGIN,
         f"From your picks: a simulated person ({b['mistakes']:.0%} of its marks mistakes) labels trees of "
-        f"the embedded model for a hidden taste, and the guard keeps prompt-following at `{b['keep']}` "
+        f"the embedded model for a hidden taste, the method trains {trained_at(b)}, and the guard keeps "
+        f"prompt-following at `{b['keep']}` "
         f"(a fall of at most {first['by_trees'][at]['guard_limit']:.2f}). The share of the **oracle "
         "frontier** the taste reached (the frontier trains the hidden taste itself as the reward and "
         f"chooses on the test pairs: a ceiling), from mean gains over {seeds} seeds, on "

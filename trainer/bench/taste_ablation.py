@@ -134,11 +134,17 @@ def _mean(values: Sequence[float]) -> float:
     return statistics.fmean(values) if values else math.nan
 
 
+def method_weights(budget: dict[str, Any]) -> list[float]:
+    """The picks weights a stored run's method trained at: ``picks_weights`` (the guard kept one run),
+    or its one fixed ``picks_weight`` (a run written before 0.5.0, or ``--picks-weights W``)."""
+    return list(budget.get("picks_weights") or [budget["picks_weight"]])
+
+
 def oracle_at_method_weights(summary: dict[str, Any]) -> float:
     """The oracle at the picks weights the method trains at, as a mean over seeds: at its one fixed
     weight, or per seed the best of the weights the guard tries (the oracle chooses among them too)."""
     budget, by_weight = summary["budget"], summary["frontier"]["by_weight"]
-    names = [f"{w:g}" for w in (budget.get("picks_weights") or [budget["picks_weight"]])]
+    names = [f"{w:g}" for w in method_weights(budget)]
     if not all(w in by_weight for w in names):
         return math.nan
     per_seed = zip(*(by_weight[w]["per_seed"] for w in names), strict=True)

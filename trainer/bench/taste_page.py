@@ -21,6 +21,7 @@ from .taste_ablation import (
     decomposition,
     decomposition_lines,
     fall_gap_lines,
+    method_weights,
     pooled_share,
     risk_count,
     stated_risk,
@@ -32,10 +33,10 @@ AGAINST_PROMPT = ("lower_objects", "warm_shades")
 """Tastes written to pull against the prompt (their oracle's scene reward falls as the taste rises)."""
 
 
-def method_weights(budget: dict[str, Any]) -> str:
+def method_weights_words(budget: dict[str, Any]) -> str:
     """How the method weighs the picks, in words: at one fixed weight, or once at each weight the guard
     tries, keeping the run whose choice gained the most personal reward on the validation pairs."""
-    weights = budget.get("picks_weights") or [budget["picks_weight"]]
+    weights = method_weights(budget)
     if len(weights) == 1:
         return f"x 8 leaves at `picks:{weights[0]:g},scene:{1 - weights[0]:g}`"
     return ("x 8 leaves once at each picks weight " + " and ".join(f"{w:g}" for w in weights)
@@ -228,7 +229,7 @@ def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: st
         f"of the embedded model: likes {b['likes']}, dislikes {b['dislikes']}, {b['mistakes']:.0%} of its "
         f"marks random mistakes. From the first {counts} labelled trees the default method fits the "
         f"personal reward and trains {b['iterations']} iterations of {b['prompts_per_iteration']} prompts "
-        + method_weights(b) + " with the guard at its default "
+        + method_weights_words(b) + " with the guard at its default "
         f"(`{b['keep']}`: prompt-following, the scene reward, may fall by at most the limit): "
         + ("in two rounds of picks (half the trees on the base model, half on the first round's chosen "
            "model; the second round fits on every pick and trains again from the base model): "

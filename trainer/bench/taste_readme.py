@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .page import replace_marked
-from .taste_ablation import ablation_rows, pooled_share, risk_count, verdict
+from .taste_ablation import ablation_rows, method_weights, pooled_share, risk_count, verdict
 from .taste_page import ABLATION_TREES, AGAINST_PROMPT
 
 BEGIN = "<!-- bench taste summary: begin -->"
@@ -56,7 +56,7 @@ def taste_line(summary: dict[str, Any], counts: Sequence[str]) -> str:
 
 def trained_at(budget: dict[str, Any]) -> str:
     """The picks weights the table's method trained at, in a few words."""
-    weights = budget.get("picks_weights") or [budget["picks_weight"]]
+    weights = method_weights(budget)
     if len(weights) == 1:
         return f"at a fixed picks weight of {weights[0]:g}"
     return "at picks weights " + " and ".join(f"{w:g}" for w in weights) + " (the guard keeps one run)"

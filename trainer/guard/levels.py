@@ -21,8 +21,9 @@ SCENE_SPREAD = 0.186
 """Standard deviation of the scene reward over the embedded base model's held-out images (256 pairs,
 eval seed 12345, 10 Euler steps)."""
 GUARDED_PICKS_WEIGHT = 0.3
-"""The weight of the picks against the guard while training under the guard (the node and
-``treerpo bench taste``). With the strength search (``guard.search: bisect``) the weight matters less than
+"""The picks weight a guarded reward is written at (the node, ``treerpo bench taste``); the guard then
+trains at each of ``guard.weights`` (``trainer/guard/weights.py``) and this is the first of them.
+With the strength search (``guard.search: bisect``) the weight matters less than
 it did: the oracle trained at 0.3, 0.5 and 0.8 then scaled back reached similar taste on two tastes of
 three, and the method at 0.6 reached less than at 0.3 (its strengths fell to 0.06-0.19, where the search's
 steps are coarse). At 0.15 a taste against the prompt barely moved. Measured: docs/picks.md, "What each

@@ -8,11 +8,10 @@ import pytest
 import torch
 
 from dynamic_treerpo.trainer.config.files import load_config
-from dynamic_treerpo.trainer.config.schema import GuardConfig, TrainConfig
+from dynamic_treerpo.trainer.config.schema import GuardConfig, TrainConfig, check_weights
 from dynamic_treerpo.trainer.guard.choice import Choice
 from dynamic_treerpo.trainer.guard.trail import Trail, TrailPoint
 from dynamic_treerpo.trainer.guard.weights import (
-    check_weights,
     choose_weight,
     spec_at,
     validation_gain,

@@ -343,7 +343,7 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
     from .bench.taste_page import overall_lines, write_docs
     from .bench.taste_readme import readme_block, with_readme_block
     from .bench.taste_summary import format_summary
-    from .guard.weights import check_weights
+    from .config.schema import check_weights
     from .utils.atomic import atomic_write_text
 
     default = QUICK_TASTES if args.quick else TASTE_SET

@@ -7,6 +7,7 @@ Every [choice] of docs/algorithm.md is an option here or in the core configs it 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
@@ -274,6 +275,17 @@ STRENGTH_SEARCHES = ("line", "bisect")
 """How the guard places lower LoRA strengths (``guard.search``)."""
 
 
+def check_weights(weights: Iterable[float]) -> tuple[float, ...]:
+    """``guard.weights`` as a tuple, or one line naming what is wrong: each in (0, 1), none repeated."""
+    out = tuple(float(w) for w in weights)
+    bad = [w for w in out if not (0.0 < w < 1.0 and math.isfinite(w))]
+    if bad:
+        raise ValueError(f"guard.weights must each lie strictly between 0 and 1, got {bad[0]:g}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"guard.weights names a weight twice: {', '.join(f'{w:g}' for w in out)}")
+    return out
+
+
 @dataclass(frozen=True)
 class GuardConfig:
     """A limit on how much prompt-following training from picks may trade for taste (``trainer/guard``,
@@ -317,11 +329,7 @@ class GuardConfig:
     weights: tuple[float, ...] = (0.3, 0.5)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
-        bad = [w for w in self.weights if not 0.0 < w < 1.0]
-        if bad or len(set(self.weights)) != len(self.weights):
-            raise ValueError("guard.weights must be distinct picks weights strictly between 0 and 1, got "
-                             + ", ".join(f"{w:g}" for w in self.weights))
+        object.__setattr__(self, "weights", check_weights(self.weights))
         if self.keep is False:
             object.__setattr__(self, "keep", "off")
         if self.keep not in GUARD_WORDS or self.keep is True:

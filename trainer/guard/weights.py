@@ -23,17 +23,6 @@ DEFAULT_WEIGHTS = (0.3, 0.5)
 """The picks weights the guard tries by default (``guard.weights``): 0.3 alone was the earlier default."""
 
 
-def check_weights(weights: Sequence[float]) -> tuple[float, ...]:
-    """``weights`` as a tuple, or one line naming what is wrong: each in (0, 1), none repeated."""
-    out = tuple(float(w) for w in weights)
-    bad = [w for w in out if not (0.0 < w < 1.0 and math.isfinite(w))]
-    if bad:
-        raise ValueError(f"guard.weights must each lie strictly between 0 and 1, got {bad[0]:g}")
-    if len(set(out)) != len(out):
-        raise ValueError(f"guard.weights names a weight twice: {', '.join(f'{w:g}' for w in out)}")
-    return out
-
-
 def spec_at(reward: str, taste: str, weight: float) -> str:
     """``reward`` with the ``taste`` term at ``weight`` and the other terms sharing ``1 - weight`` as they
     were written: ``spec_at('picks:0.3,scene:0.7', 'picks', 0.5) == 'picks:0.5,scene:0.5'``."""

@@ -68,10 +68,12 @@ def test_the_run_that_gained_most_validation_taste_is_kept_the_first_on_ties() -
 def _run(trainer: Trainer, weights: tuple[float, ...]):
     pairs = separate_validation_pairs(trainer.config, trainer.eval_pairs)
     seen: list[int] = []
+    lines: list[str] = []
     out = train_at_weights(trainer, weights,
-                           lambda spec: guard_trainer(trainer, pairs, taste="function", log=lambda _: None,
+                           lambda spec: guard_trainer(trainer, pairs, taste="function", log=lines.append,
                                                       reward_spec=spec),
                            0, 2, lambda done, _: seen.append(done), taste="function")
+    assert sum(line.startswith("guard: base taste") for line in lines) == 1  # the base measured once
     return out, seen
 
 

@@ -152,6 +152,18 @@ class GuardedTraining:
                  f"of at most {self.trail.limit:.4f} ({self.config.keep})")
         return point
 
+    def begin_from(self, other: GuardedResult) -> None:
+        """Take the base model's measurement from ``other``, a run on the same validation pairs, instead
+        of measuring it again: the base model is the same whatever the picks weight (the guard's images
+        draw their own noise, so the training that follows draws the same). A continued run keeps its own."""
+        if self.trail is not None:
+            return
+        base = other.trail.base
+        self.trail = Trail(other.trail.limit, other.trail.guard_spread, [base])
+        self.base_guard = other.base_guard
+        if point_key(base) in other.images:
+            self.images[point_key(base)] = other.images[point_key(base)]
+
     # ------------------------------------------------------------------ steering
     def _controller(self, point: TrailPoint) -> ControllerConfig:
         """The controller's setpoint after measuring ``point``: the limit less the margin the choice will

@@ -86,7 +86,10 @@ def train_at_weights(trainer: Trainer, weights: Sequence[float],
             if on_iteration is not None:
                 on_iteration(offset + done, row)
 
-        results.append(tracker_for(spec).run(start, count, report))
+        tracker = tracker_for(spec)
+        if results:
+            tracker.begin_from(results[0])
+        results.append(tracker.run(start, count, report))
         histories.append(history)
         ends.append(StartState.of(trainer) if len(weights) > 1 else None)
     choice = choose_weight(list(weights), [validation_gain(r.trail, r.choice) for r in results],

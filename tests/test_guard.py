@@ -239,6 +239,9 @@ def test_headless_training_from_picks_under_the_guard_writes_its_choice_and_figu
     assert (kept / "config.yaml").read_text().count(f"picks:{weights['kept']:g}") == 1
     top = tmp_path / "run" / "guard"
     assert load_guard(kept / "guard").trail.to_json() == load_guard(top).trail.to_json()
+    light = load_guard(kept / "guard", snapshots=False)  # the measurements without the LoRA files
+    assert light.snapshots == {} and load_guard(kept / "guard").snapshots
+    assert light.trail.to_json() == load_guard(top).trail.to_json()
     assert "at weights 0.3 and 0.5" in weights["line"] and weights["line"] in format_summary(summary)
     with pytest.raises(ConfigError, match="already holds a run; add --resume"):
         run_training(run, tmp_path / "run", progress=False)

@@ -147,13 +147,14 @@ def resumed_guard(folder: Path, done: int, margin: float) -> GuardedResult | Non
     return result if result.trail.points else None
 
 
-def load_guard(folder: Path, margin: float = 1.0) -> GuardedResult:
+def load_guard(folder: Path, margin: float = 1.0, snapshots: bool = True) -> GuardedResult:
     """A guarded run written by :func:`save_guard`, with the choice it made (a run saved before it
-    chose: chosen now from its trail with ``margin``)."""
+    chose: chosen now from its trail with ``margin``). ``snapshots=False`` leaves the checkpoints' LoRA
+    files on disk (a caller that reads the measurements only: on a large model they are gigabytes)."""
     data = json.loads((folder / "trail.json").read_text(encoding="utf-8"))
     trail = Trail.from_json(data)
-    snapshots = {int(p.stem.split("_")[1]): load_file(str(p))
-                 for p in sorted(folder.glob("lora_*.safetensors"))}
+    kept = {int(p.stem.split("_")[1]): load_file(str(p))
+            for p in sorted(folder.glob("lora_*.safetensors"))} if snapshots else {}
     probe = load_file(str(folder / "probe.safetensors")) if (folder / "probe.safetensors").exists() else {}
     images = {k.removeprefix("images."): v for k, v in probe.items() if k.startswith("images.")}
     saved = data.get("choice")
@@ -162,7 +163,7 @@ def load_guard(folder: Path, margin: float = 1.0) -> GuardedResult:
     else:
         point = None if saved["iteration"] is None else trail.find(saved["iteration"], saved["strength"])
         choice = Choice(point, saved["reason"], saved["within_limit"])
-    return GuardedResult(trail, snapshots, choice, images, probe.get("base_guard"))
+    return GuardedResult(trail, kept, choice, images, probe.get("base_guard"))
 
 
 def take_from_run(run_dir: Path, iteration: int | None, strength: float, out: Path

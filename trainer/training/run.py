@@ -206,7 +206,7 @@ def _run_weights(config: TrainConfig, run_dir: Path, resume: bool, progress: boo
             for w, folder in zip(config.guard.weights, folders, strict=True)]
     if not d.is_main:
         return {}
-    results = [load_guard(folder / "guard", config.guard.margin) for folder in folders]
+    results = [load_guard(folder / "guard", config.guard.margin, snapshots=False) for folder in folders]
     choice = choose_weight(config.guard.weights, [validation_gain(r.trail, r.choice) for r in results])
     kept = folders[choice.index]
     for part in ("lora", "guard", "samples", "plots"):

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
+
+from dynamic_treerpo.trainer.bench.stats import mean_ci95
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,3 +38,22 @@ def test_the_report_has_a_row_per_cheap_step_count() -> None:
     text = _script().report([run, {**run, "seed": 1}])
     rows = [line for line in text.splitlines() if line.startswith("| 2 ") or line.startswith("| 5 ")]
     assert len(rows) == 2 and "+0.0150" in rows[0] and "0.20" in rows[0]
+
+
+def test_the_page_s_table_is_what_the_stored_runs_give() -> None:
+    """docs/picks.md's table of cheap steps, from docs/data/guard_steps (the study's stored runs)."""
+    module = _script()
+    stored = REPO / "docs" / "data" / "guard_steps"
+    runs = [json.loads(p.read_text()) for p in sorted(stored.glob("*.json"))]
+    assert len(runs) == 3
+    page = (REPO / "docs" / "picks.md").read_text(encoding="utf-8")
+    points = sum(len(r["points"]) for r in runs)
+    assert f"mean over {points} points" in page
+    for line in module.report(runs).splitlines()[3:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        steps, spearman, rho, ratio = cells[0], cells[3], cells[4], cells[5]
+        bias = mean_ci95([b for r in runs for b in r["by_steps"][steps]["bias"]])
+        low, high = bias.mean - bias.ci95, bias.mean + bias.ci95
+        row = next(r for r in page.splitlines() if r.startswith(f"| {steps} | "))
+        assert f"{bias.mean:+.3f} ({low:+.3f} to {high:+.3f})" in row
+        assert f"| {spearman} | {rho} | {ratio}" in row

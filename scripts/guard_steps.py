@@ -91,13 +91,13 @@ def study(taste: str, seed: int, weight: float, steps: list[int], log: Any = pri
     for i, point in enumerate(points[1:], start=1):
         out["points"].append({"iteration": point.iteration, "strength": point.strength,
                               "change": {str(k): float((per[k][i] - per[k][0]).mean()) for k in grid}})
+    changes_full = [per[full][i] - per[full][0] for i in range(1, len(points))]
+    sds = [float(a.std(unbiased=True)) for a in changes_full]
+    means_full = [float(a.mean()) for a in changes_full]
     for k in steps:
-        changes_full = [per[full][i] - per[full][0] for i in range(1, len(points))]
         changes_k = [per[k][i] - per[k][0] for i in range(1, len(points))]
         rhos = [float(torch.corrcoef(torch.stack([a, b]))[0, 1]) for a, b in zip(changes_full, changes_k,
                                                                                      strict=True)]
-        sds = [float(a.std(unbiased=True)) for a in changes_full]
-        means_full = [float(a.mean()) for a in changes_full]
         means_k = [float(b.mean()) for b in changes_k]
         out["by_steps"][str(k)] = {"rho": rhos, "sd_full": sds,
                                    "spearman": float(spearmanr(means_full, means_k)[0]),

@@ -64,6 +64,9 @@ def summary_rows(result: ProtocolResult) -> list[dict[str, Any]]:
                 continue
             images, seconds = mean_ci95([r.at_images for r in rs]), mean_ci95([r.at_seconds for r in rs])
             to_images, to_seconds = time_summary(result, rs, "images"), time_summary(result, rs, "seconds")
+            converged = result.at_convergence()
+            to_convergence = ({axis: time_summary(converged, rs, axis) for axis in ("images", "seconds")}
+                              if converged is not None else None)
             rows.append({
                 "arm": arm.name, "treatment": treatment, "strategy": arm.strategy, "tail": arm.tail,
                 "role": arm.role, "knob": arm.knob, "overrides": list(arm.overrides),
@@ -81,6 +84,12 @@ def summary_rows(result: ProtocolResult) -> list[dict[str, Any]]:
                 "samples_to_target_reached": to_images["reached"],
                 "seconds_to_target": to_seconds["restricted_mean"],
                 "seconds_to_target_reached": to_seconds["reached"],
+                **({"convergence_gain": converged.target["gain"],
+                    "samples_to_convergence": to_convergence["images"]["restricted_mean"],
+                    "samples_to_convergence_reached": to_convergence["images"]["reached"],
+                    "seconds_to_convergence": to_convergence["seconds"]["restricted_mean"],
+                    "seconds_to_convergence_reached": to_convergence["seconds"]["reached"]}
+                   if to_convergence is not None else {}),
                 "rollout_nfe_per_image": statistics.fmean(
                     sum(r.rollout_nfe) / (len(r.rollout_nfe) * r.images_per_iteration) for r in rs),
                 "median_iteration_s": statistics.fmean(median_iteration_s(r, result.clock) for r in rs),

@@ -572,15 +572,19 @@ def _ablation_claims(result: ProtocolResult, tests: Sequence[Test]) -> list[str]
     if not rows:
         return [*lines, "The ablation arms have not run here (`treerpo bench protocol --part ablations` with "
                 "the same `--out`), so these claims are not tested on this page.", ""]
-    lines += [f"| claim | measure | {TEST_HEADER} |", f"|---|---|{TEST_RULE}|"]
-    lines += [f"| {t.group} | {t.measure} | {_test_cells(t)} |" for t in rows]
+    lines += _group_table("claim", rows)
     rival = [t for t in tests if t.group == "dynamic clipping vs the best fixed clip"]
     if rival:  # the fixed clip whose bound the ablation part swept on validation, at the same rate
         lines += ["", "The dynamic clip against its best fixed clip (the bound the ablation part swept on "
                   "validation at the dynamic clip's rate; secondary family):", "",
-                  f"| comparison | measure | {TEST_HEADER} |", f"|---|---|{TEST_RULE}|"]
-        lines += [f"| {t.group} | {t.measure} | {_test_cells(t)} |" for t in rival]
+                  *_group_table("comparison", rival)]
     return [*lines, ""]
+
+
+def _group_table(first: str, tests: Sequence[Test]) -> list[str]:
+    """A table of tests, one row each: its group, what it measures, and its test cells."""
+    return [f"| {first} | measure | {TEST_HEADER} |", f"|---|---|{TEST_RULE}|",
+            *(f"| {t.group} | {t.measure} | {_test_cells(t)} |" for t in tests)]
 
 
 def _time_per_seed(result: ProtocolResult, name: str = "target") -> list[str]:

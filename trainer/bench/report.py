@@ -52,9 +52,21 @@ def checkpoint_curve(result: ProtocolResult, runs: Sequence[Run], axis: str) -> 
     return {"x": xs, "reward": ys, "ci95": bands}
 
 
+def _times_to(result: ProtocolResult, runs: list, name: str) -> dict[str, Any]:
+    """The ``bench.json`` fields of the runs' times to ``result``'s target, named after ``name``
+    (``target``: the first gain; ``convergence``: the convergence target)."""
+    images, seconds = time_summary(result, runs, "images"), time_summary(result, runs, "seconds")
+    return {f"{name}_gain": result.target["gain"],
+            f"samples_to_{name}": images["restricted_mean"],
+            f"samples_to_{name}_reached": images["reached"],
+            f"seconds_to_{name}": seconds["restricted_mean"],
+            f"seconds_to_{name}_reached": seconds["reached"]}
+
+
 def summary_rows(result: ProtocolResult) -> list[dict[str, Any]]:
     """One ``bench.json`` row per arm and treatment that ran."""
     rows = []
+    converged = result.at_convergence()
     treatments = ["published", *(t["name"] for t in result.treatments)]
     for treatment in treatments:
         for arm in result.arms:
@@ -63,10 +75,6 @@ def summary_rows(result: ProtocolResult) -> list[dict[str, Any]]:
             if not rs or not trained:
                 continue
             images, seconds = mean_ci95([r.at_images for r in rs]), mean_ci95([r.at_seconds for r in rs])
-            to_images, to_seconds = time_summary(result, rs, "images"), time_summary(result, rs, "seconds")
-            converged = result.at_convergence()
-            to_convergence = ({axis: time_summary(converged, rs, axis) for axis in ("images", "seconds")}
-                              if converged is not None else None)
             rows.append({
                 "arm": arm.name, "treatment": treatment, "strategy": arm.strategy, "tail": arm.tail,
                 "role": arm.role, "knob": arm.knob, "overrides": list(arm.overrides),
@@ -79,17 +87,8 @@ def summary_rows(result: ProtocolResult) -> list[dict[str, Any]]:
                 "equal_seconds_reward_mean": seconds.mean, "equal_seconds_reward_ci95": seconds.ci95,
                 "equal_seconds_reward_per_seed": [r.at_seconds for r in rs],
                 "equal_seconds_budget_reached": all(r.seconds_reached for r in rs),
-                "target_gain": result.target["gain"],
-                "samples_to_target": to_images["restricted_mean"],
-                "samples_to_target_reached": to_images["reached"],
-                "seconds_to_target": to_seconds["restricted_mean"],
-                "seconds_to_target_reached": to_seconds["reached"],
-                **({"convergence_gain": converged.target["gain"],
-                    "samples_to_convergence": to_convergence["images"]["restricted_mean"],
-                    "samples_to_convergence_reached": to_convergence["images"]["reached"],
-                    "seconds_to_convergence": to_convergence["seconds"]["restricted_mean"],
-                    "seconds_to_convergence_reached": to_convergence["seconds"]["reached"]}
-                   if to_convergence is not None else {}),
+                **_times_to(result, rs, "target"),
+                **(_times_to(converged, rs, "convergence") if converged is not None else {}),
                 "rollout_nfe_per_image": statistics.fmean(
                     sum(r.rollout_nfe) / (len(r.rollout_nfe) * r.images_per_iteration) for r in rs),
                 "median_iteration_s": statistics.fmean(median_iteration_s(r, result.clock) for r in rs),

@@ -75,3 +75,37 @@ def test_the_published_table_is_whole_and_at_one_code_version(published: dict) -
     made = [{(v["code"], v["commit"], v["dirty"]) for v in s["code"]} for s in [*summaries, *arms]]
     assert all(len(m) == 1 for m in made), "a run without its code version, or of two"
     assert len({v["code"] for v in versions}) == 1 and not any(v["dirty"] for v in versions), versions
+
+
+PICKS_LEVERS = {  # docs/picks.md's lever table: its row -> the published report's arm row
+    "the guard also chooses the weight": "the guard also chooses the weight",
+    "the first version's guard": "first version's guard",
+    "a fixed weight of 0.5": "picks weight 0.5",
+    "0.3.x's pooled features": "pooled features (0.3.x)",
+    "error-free picks": "error-free picks",
+    "two rounds": "two rounds (25 + 25 clicks)",
+    "a pessimistic personal reward": "pessimism 1",
+    "the guard steers the weight": "guard steers",
+}
+
+
+def test_docs_picks_lever_table_is_what_the_published_arms_give(published: dict) -> None:
+    """docs/picks.md restates the ablation table for a person choosing options: every row of it must be
+    the figures the report computes from the stored arms (rounded as shown), and every arm has a row."""
+    from dynamic_treerpo.trainer.bench.taste_ablation import ablation_rows, verdict
+
+    rows = ablation_rows(published["summaries"], published["arms"], "50")
+    text = (ROOT / "docs" / "picks.md").read_text(encoding="utf-8")
+    table = text[text.index("### What each lever gives (measured)"):text.index("## How many picks")]
+    lines = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| lever")]
+    assert len(lines) == len(rows) == len(PICKS_LEVERS)
+    for line in lines:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        name = next(v for k, v in PICKS_LEVERS.items() if cells[0].startswith(k))
+        row = next(r for arm, r in rows.items() if arm.startswith(name))
+        d = row["difference"]
+        assert cells[1] == f"{row['runs']} ({len(row['tastes'])})", cells[0]
+        assert cells[2] == f"{row['share']['mean']:.0%}" and cells[3] == f"{row['default_share']['mean']:.0%}"
+        points = [f"{x:+.0%}"[:-1] for x in (d["mean"], d["mean"] - d["ci95"], d["mean"] + d["ci95"])]
+        assert cells[4] == f"{points[0]} ({points[1]} to {points[2]})", cells[0]
+        assert cells[5] == verdict(row), cells[0]

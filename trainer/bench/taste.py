@@ -580,7 +580,9 @@ def seed_pieces(out: Path, seed: int, code: dict[str, Any], resume: bool) -> Pat
 
 
 def _write(path: Path, done: list[SeedResult], budget: TasteBudget, taste: str, command: str,
-           wanted: Sequence[int], extra: Sequence[str] = ()) -> None:
+           wanted: Sequence[int], extra: Sequence[str] = (), note: dict[str, Any] | None = None) -> None:
+    """``taste.json`` from the seeds ``done``; ``note``: keys added as they are (where a combined run
+    came from)."""
     from .taste_summary import summarise
 
     summary = summarise(done, budget, taste)
@@ -589,7 +591,12 @@ def _write(path: Path, done: list[SeedResult], budget: TasteBudget, taste: str, 
     summary["extra"] = list(extra)
     summary["code"] = versions(r.code for r in done)
     summary["complete"] = all(any(r.seed == s for r in done) for s in wanted)
+    summary.update(note or {})
     atomic_write_text(path, json.dumps(summary, indent=1) + "\n")
+
+
+CARRIED = ("combined_from",)
+"""``taste.json`` keys a summary carries over as they are (see :func:`_write`'s ``note``)."""
 
 
 def reload(out: Path) -> dict[str, Any]:
@@ -605,4 +612,5 @@ def reload(out: Path) -> dict[str, Any]:
     summary["extra"] = data.get("extra", [])
     summary["code"] = versions(r.code for r in results)
     summary["complete"] = data.get("complete", True)
+    summary.update({k: data[k] for k in CARRIED if k in data})
     return summary

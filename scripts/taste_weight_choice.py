@@ -8,7 +8,8 @@ first ``--runs`` is the weight the default tries first.
     python scripts/taste_weight_choice.py --runs runs/taste_table --runs runs/taste_weight_0.5 \\
         --runs runs/taste_weight_0.5_at25 --runs runs/taste_weight_0.5_at100 --out runs/taste_default
 
-Then ``treerpo bench taste --report --out runs/taste_default``. A taste missing from one of the runs is
+Then ``treerpo bench taste --report --out runs/taste_default``; ``--docs docs/results.md`` writes the
+assembled table into the page between its markers. A taste missing from one of the runs is
 left out (and named).
 """
 
@@ -20,8 +21,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from dynamic_treerpo.trainer.bench.taste import _grid_count, _write
+from dynamic_treerpo.trainer.bench.page import replace_marked
+from dynamic_treerpo.trainer.bench.taste import _grid_count, _write, reload
 from dynamic_treerpo.trainer.bench.taste_combine import combine_weights, kept_weight
+from dynamic_treerpo.trainer.bench.taste_page import ASSEMBLED, assembled_block
+from dynamic_treerpo.trainer.utils.atomic import atomic_write_text
 
 
 def combine_taste(taste: str, runs: list[Path], out: Path, command: str) -> str:
@@ -51,16 +55,25 @@ def main(argv: list[str] | None = None) -> int:
                              "tried first)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tastes", help="comma-separated (default: every taste of the first --runs)")
+    parser.add_argument("--docs", type=Path, help="write the assembled table into this page, between its "
+                        "markers (docs/results.md)")
     args = parser.parse_args(argv)
     command = "python scripts/taste_weight_choice.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     tastes = (args.tastes.split(",") if args.tastes
               else sorted(p.parent.name for p in args.runs[0].glob("*/taste.json")))
+    made = []
     for taste in tastes:
         missing = [str(r) for r in args.runs if not (r / taste / "taste.json").is_file()]
         if missing:
             print(f"{taste}: left out, not in {', '.join(missing)}")
             continue
         print(combine_taste(taste, args.runs, args.out, command))
+        made.append(taste)
+    if args.docs and made:
+        page = args.docs.read_text(encoding="utf-8")
+        block = assembled_block([reload(args.out / t) for t in made], command)
+        atomic_write_text(args.docs, replace_marked(page, *ASSEMBLED, block, "assembled default block"))
+        print(f"written: {args.docs}")
     return 0
 
 

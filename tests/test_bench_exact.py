@@ -64,6 +64,19 @@ def test_sign_flip_agrees_with_scipys_exact_permutation_test() -> None:
             assert sign_flip_test(d) == pytest.approx(theirs), d
 
 
+def test_sign_flip_pairs_two_halves_as_counting_every_pattern_would() -> None:
+    """The test counts the 2**n patterns through two enumerated halves; counting them one by one (here
+    up to 2**22 sums) gives the same p, past the 20 runs that one enumeration allowed before."""
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 5, 11, 21, 22):
+        d = rng.normal(0.2, 1.0, n)
+        sums = np.zeros(1)
+        for x in np.abs(d):
+            sums = np.concatenate((sums + x, sums - x))
+        reach = abs(d.sum()) - 1e-9 * np.abs(d).sum()
+        assert sign_flip_test(d) == np.count_nonzero(np.abs(sums) >= reach) / sums.size, n
+
+
 def test_float_ties_count_as_reaching_the_observed_mean() -> None:
     # 0.45, 0.55, 0.6 against 0.5: +-0.05 +-0.05 +-0.1 against 0.1; by hand 6 of 8 patterns reach it
     # (0.2, 0.1, 0.1, -0.1, -0.1, -0.2), but in floats 0.05 + 0.05 is not 0.1 (without the tolerance: 0.5)
@@ -73,14 +86,14 @@ def test_float_ties_count_as_reaching_the_observed_mean() -> None:
 
 
 def test_the_exact_test_is_refused_where_it_cannot_enumerate() -> None:
-    with pytest.raises(ValueError, match=f"at most {MAX_EXACT_SEEDS} seeds, got 21"):
-        sign_flip_test([1.0] * 21)
+    with pytest.raises(ValueError, match=f"at most {MAX_EXACT_SEEDS} seeds, got 41"):
+        sign_flip_test([1.0] * 41)
     with pytest.raises(ValueError, match="at least one difference"):
         sign_flip_test([])
     with pytest.raises(ValueError, match="finite differences"):
         sign_flip_test([1.0, math.nan])
-    with pytest.raises(ValueError, match="at most 20 seeds, got 21"):  # before anything trains
-        Budget(seeds=21)
+    with pytest.raises(ValueError, match="at most 40 seeds, got 41"):  # before anything trains
+        Budget(seeds=41)
     assert sign_flip_test([1.0] * MAX_EXACT_SEEDS) == 2 / 2**MAX_EXACT_SEEDS
 
 

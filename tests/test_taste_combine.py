@@ -103,3 +103,25 @@ def test_the_script_writes_a_table_the_report_reads(tmp_path: Path) -> None:
     # the first seed kept 0.3 at 50 trees, so the table's grid shows the default's run and is copied
     grid = DATA / "taste_table" / TASTE / "before_after.png"
     assert (out / TASTE / "before_after.png").read_bytes() == grid.read_bytes()
+
+
+def test_the_assembled_default_on_the_results_page_is_what_the_stored_runs_give(tmp_path: Path) -> None:
+    """docs/data/taste/taste_default is what assembling the published table and weight arm gives now, and
+    the block of docs/results.md is what the script renders from it (no figure typed by hand)."""
+    from dynamic_treerpo.trainer.bench.page import replace_marked
+    from dynamic_treerpo.trainer.bench.taste_page import ASSEMBLED, assembled_block
+
+    stored = sorted((DATA / "taste_default").glob("*/taste.json"))
+    assert stored, "the assembled default is published"
+    summaries = [reload(p.parent) for p in stored]
+    for summary in summaries:
+        runs = [json.loads((DATA / arm / summary["taste"] / "taste.json").read_text(encoding="utf-8"))
+                for arm in ("taste_table", "taste_weight_0.5")]
+        budget, results = combine_weights(runs)
+        fresh = summarise(results, budget, summary["taste"])
+        assert fresh["by_trees"] == summary["by_trees"], f"{summary['taste']}: stale, assemble it again"
+        assert summary["combined_from"] == ["docs/data/taste/taste_table", "docs/data/taste/taste_weight_0.5"]
+    page = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    block = assembled_block(summaries, summaries[0]["command"])
+    assert replace_marked(page, *ASSEMBLED, block, "assembled default block") == page, \
+        "docs/results.md's assembled default is stale: run the command it names"

@@ -827,7 +827,7 @@ def replace_marked(text: str, begin: str, end: str, block: str, what: str) -> st
     refused, naming ``what`` is missing, when the markers are not there in that order."""
     start, stop = text.find(begin), text.find(end)
     if start < 0 or stop < start:
-        raise ValueError(f"the README has no {what} between {begin!r} and {end!r}")
+        raise ValueError(f"the page has no {what} between {begin!r} and {end!r}")
     return text[:start] + block + text[stop + len(end):]
 
 

@@ -307,3 +307,39 @@ def write_docs(summaries: Sequence[dict[str, Any]], outs: Sequence[Path], docs: 
             break
     put_section(docs, SECTION, markdown(summaries, image, command, arms), drop_others=True)
     return docs
+
+
+ASSEMBLED = ("<!-- assembled taste default: begin -->", "<!-- assembled taste default: end -->")
+"""The markers of the block ``scripts/taste_weight_choice.py --docs`` writes into docs/results.md."""
+
+
+def assembled_block(summaries: Sequence[dict[str, Any]], command: str) -> str:
+    """The default that chooses the picks weight, assembled from fixed-weight runs
+    (``trainer/bench/taste_combine.py``): its table, pooled share, risk count and decomposition, markers
+    included. Why a block of its own: the page's main section is one ``bench taste`` run and its arms,
+    while this one is derived from two of them until the default's every tree count is assembled."""
+    first = summaries[0]
+    counts = list(first["by_trees"])
+    tried = [f"{w:g}" for w in method_weights(first["budget"])]
+    weights, better = " or ".join(tried), ", ".join(tried[:-1]) + " and " + tried[-1]
+    pooled = [(n, pooled_share(summaries, n)) for n in counts]
+    risk = risk_count(summaries)
+    lines = [ASSEMBLED[0], "",
+             f"The default that chooses the weight (the guard keeps the run at {weights}), at "
+             f"{', '.join(counts)} labelled trees, assembled per seed and tree count from the runs at each "
+             f"weight by `{command}`; the frontier, seeds and picks are the table's above:", "",
+             "| taste | labelled trees | taste gain | oracle frontier | share of the frontier | target | "
+             "prompt-following change | limit: held? | runs past the limit | held-out pair accuracy |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for summary in summaries:
+        lines += taste_rows(summary)
+    lines += ["", "Over every taste and seed, each run's share of its own frontier: " + "; ".join(
+        f"{n} trees {e['mean']:.0%} ({e['mean'] - e['ci95']:.0%} to {e['mean'] + e['ci95']:.0%}, {e['n']} "
+        "runs)" for n, e in pooled if e["n"] > 1) + f". Runs past the limit: **{risk['past']} of "
+        f"{risk['runs']}**."]
+    n = ABLATION_TREES
+    if all(n in s["by_trees"] for s in summaries):
+        lines += ["", f"Where the rest goes at {n} trees, as above; the oracle at the method's weights "
+                      f"takes, per seed, the better of {better}, as the guard may:", "",
+                  *decomposition_lines([decomposition(s, n) for s in summaries])]
+    return "\n".join([*lines, "", ASSEMBLED[1]])

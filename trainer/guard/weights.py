@@ -4,8 +4,8 @@ Why: the best weight of the picks against prompt-following differs per taste (do
 fixed weight the oracle itself gained +0.017 on one taste at 0.3 and +0.080 at 0.5. Each run already
 measures, on validation pairs and never on the hidden taste or the test pairs, how much personal reward
 its chosen checkpoint gained within the person's limit; the run that gained more is kept. On the 0.4.0
-table (4 tastes x 5 seeds, 50 labelled trees) choosing between 0.3 and 0.5 this way reached 70% of the
-oracle frontier against 63% at 0.3 alone (+7 points, 95% CI +2 to +12, exact p 0.004), at twice the
+table (5 tastes x 5 seeds, 50 labelled trees) choosing between 0.3 and 0.5 this way reached 68% of the
+oracle frontier against 62% at 0.3 alone (+6 points, 95% CI +2 to +10, exact p 0.004), at twice the
 training. Pure functions: the training layer trains the runs (``trainer/training/weighted.py``).
 """
 

@@ -160,8 +160,19 @@ def code_line(summaries: Sequence[dict[str, Any]]) -> str:
     return "Made by **more than one code version**: " + ", ".join(map(name, unique)) + f".{where}"
 
 
+TABLE_HEAD = ("| taste | labelled trees | taste gain | oracle frontier | share of the frontier | target | "
+              "prompt-following change | limit: held? | runs past the limit | held-out pair accuracy |",
+              "|---|---|---|---|---|---|---|---|---|---|")
+"""The head of the table of every taste (the main section's and the assembled default's)."""
+
 ABLATION_TREES = "50"
 """The labelled-tree count of the ablation and the decomposition (the issue's main target)."""
+
+
+def pooled_words(n: str, e: dict[str, Any]) -> str:
+    """Every run's share of its frontier at ``n`` trees, pooled: the mean, its 95% interval and the runs."""
+    return f"{n} trees {e['mean']:.0%}" + (f" ({e['mean'] - e['ci95']:.0%} to {e['mean'] + e['ci95']:.0%}, "
+                                           f"{e['n']} runs)" if math.isfinite(e["ci95"]) else "")
 
 
 def overall_lines(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -171,9 +182,8 @@ def overall_lines(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict
     pooled = [(n, pooled_share(summaries, n)) for n in counts]
     risk = risk_count(summaries)
     lines = ["", "Over every taste and seed, each run's gain as a share of its own frontier: " + "; ".join(
-        f"{n} trees {e['mean']:.0%}" + (f" ({e['mean'] - e['ci95']:.0%} to {e['mean'] + e['ci95']:.0%}, "
-                                         f"{e['n']} runs)" if math.isfinite(e["ci95"]) else "")
-        for n, e in pooled) + ". Runs whose held-out fall of prompt-following went past the limit: "
+        pooled_words(n, e) for n, e in pooled) + ". Runs whose held-out fall of prompt-following went past "
+        "the limit: "
         f"**{risk['past']} of {risk['runs']}** (every taste, seed and tree count)."]
     stated = stated_risk(summaries)
     if stated["runs"]:
@@ -251,9 +261,7 @@ def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: st
         f"is on {b['eval_pairs']} held-out test prompt/seed pairs that neither training nor the guard saw: "
         f"means over {seeds} seeds with 95% t intervals (paired per seed where a difference is shown).",
         "",
-        "| taste | labelled trees | taste gain | oracle frontier | share of the frontier | target | "
-        "prompt-following change | limit: held? | runs past the limit | held-out pair accuracy |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        *TABLE_HEAD,
     ]
     for summary in summaries:
         lines += taste_rows(summary)
@@ -328,14 +336,11 @@ def assembled_block(summaries: Sequence[dict[str, Any]], command: str) -> str:
              f"The default that chooses the weight (the guard keeps the run at {weights}), at "
              f"{', '.join(counts)} labelled trees, assembled per seed and tree count from the runs at each "
              f"weight by `{command}`; the frontier, seeds and picks are the table's above:", "",
-             "| taste | labelled trees | taste gain | oracle frontier | share of the frontier | target | "
-             "prompt-following change | limit: held? | runs past the limit | held-out pair accuracy |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             *TABLE_HEAD]
     for summary in summaries:
         lines += taste_rows(summary)
     lines += ["", "Over every taste and seed, each run's share of its own frontier: " + "; ".join(
-        f"{n} trees {e['mean']:.0%} ({e['mean'] - e['ci95']:.0%} to {e['mean'] + e['ci95']:.0%}, {e['n']} "
-        "runs)" for n, e in pooled if e["n"] > 1) + f". Runs past the limit: **{risk['past']} of "
+        pooled_words(n, e) for n, e in pooled if e["n"] > 1) + f". Runs past the limit: **{risk['past']} of "
         f"{risk['runs']}**."]
     n = ABLATION_TREES
     if all(n in s["by_trees"] for s in summaries):

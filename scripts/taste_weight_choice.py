@@ -9,8 +9,8 @@ first ``--runs`` is the weight the default tries first.
         --runs runs/taste_weight_0.5_at25 --runs runs/taste_weight_0.5_at100 --out runs/taste_default
 
 Then ``treerpo bench taste --report --out runs/taste_default``; ``--docs docs/results.md`` writes the
-assembled table into the page between its markers. A taste missing from one of the runs is
-left out (and named).
+assembled table into the page between its markers, ``--readme README.md`` the README's taste block. A
+taste missing from one of the runs is left out (and named).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dynamic_treerpo.trainer.bench.page import replace_marked
 from dynamic_treerpo.trainer.bench.taste import _grid_count, _write, reload
 from dynamic_treerpo.trainer.bench.taste_combine import combine_weights, kept_weight
 from dynamic_treerpo.trainer.bench.taste_page import ASSEMBLED, assembled_block
+from dynamic_treerpo.trainer.bench.taste_readme import assembled_readme_block, with_readme_block
 from dynamic_treerpo.trainer.utils.atomic import atomic_write_text
 
 
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tastes", help="comma-separated (default: every taste of the first --runs)")
     parser.add_argument("--docs", type=Path, help="write the assembled table into this page, between its "
                         "markers (docs/results.md)")
+    parser.add_argument("--readme", type=Path, help="write the README's taste block from the assembled "
+                        "default, with one line against the first --runs (README.md)")
     args = parser.parse_args(argv)
     command = "python scripts/taste_weight_choice.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     tastes = (args.tastes.split(",") if args.tastes
@@ -74,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         block = assembled_block([reload(args.out / t) for t in made], command)
         atomic_write_text(args.docs, replace_marked(page, *ASSEMBLED, block, "assembled default block"))
         print(f"written: {args.docs}")
+    if args.readme and made:
+        block = assembled_readme_block([reload(args.out / t) for t in made],
+                                       [reload(args.runs[0] / t) for t in made])
+        atomic_write_text(args.readme, with_readme_block(args.readme.read_text(encoding="utf-8"), block))
+        print(f"written: {args.readme}")
     return 0
 
 

@@ -107,9 +107,11 @@ def test_the_script_writes_a_table_the_report_reads(tmp_path: Path) -> None:
 
 def test_the_assembled_default_on_the_results_page_is_what_the_stored_runs_give(tmp_path: Path) -> None:
     """docs/data/taste/taste_default is what assembling the published table and weight arm gives now, and
-    the block of docs/results.md is what the script renders from it (no figure typed by hand)."""
+    the block of docs/results.md and the README's taste block are what the script renders from it (no
+    figure typed by hand)."""
     from dynamic_treerpo.trainer.bench.page import replace_marked
     from dynamic_treerpo.trainer.bench.taste_page import ASSEMBLED, assembled_block
+    from dynamic_treerpo.trainer.bench.taste_readme import assembled_readme_block, with_readme_block
 
     stored = sorted((DATA / "taste_default").glob("*/taste.json"))
     assert stored, "the assembled default is published"
@@ -127,3 +129,8 @@ def test_the_assembled_default_on_the_results_page_is_what_the_stored_runs_give(
     block = assembled_block(summaries, summaries[0]["command"])
     assert replace_marked(page, *ASSEMBLED, block, "assembled default block") == page, \
         "docs/results.md's assembled default is stale: run the command it names"
+    assert " --readme README.md" in summaries[0]["command"], "the same command writes the README's block"
+    fixed = [reload(ROOT / summaries[0]["combined_from"][0] / s["taste"]) for s in summaries]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert with_readme_block(readme, assembled_readme_block(summaries, fixed)) == readme, \
+        "the README's taste block is stale: run the command docs/results.md's assembled default names"

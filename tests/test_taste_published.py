@@ -1,6 +1,7 @@
-"""The taste table that docs/results.md and the README publish is rendered, by the report command the page
-names, from the runs stored under docs/data/ (the table and every ablation arm): no figure on either page
-is typed by hand, and the table is whole (every taste, 5 seeds, one code version)."""
+"""The taste table that docs/results.md publishes is rendered, by the report command the page names, from
+the runs stored under docs/data/ (the table and every ablation arm): no figure on the page is typed by
+hand, and the table is whole (every taste, 5 seeds, one code version). The README's block shows the
+assembled default instead (tests/test_taste_combine.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 from dynamic_treerpo.trainer import cli
 from dynamic_treerpo.trainer.bench.taste import TASTE_SET, reload
 from dynamic_treerpo.trainer.bench.taste_page import AGAINST_PROMPT, write_docs
-from dynamic_treerpo.trainer.bench.taste_readme import BEGIN, END, readme_block
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,10 +25,6 @@ def report_command(page: str) -> list[str]:
              if line.startswith("treerpo bench taste ") and " --report" in line]
     assert len(lines) == 1, "the taste section names one report command"
     return shlex.split(lines[0])
-
-
-def readme_section(text: str) -> str:
-    return text[text.index(BEGIN):text.index(END) + len(END)]
 
 
 @pytest.fixture
@@ -45,10 +41,9 @@ def published(monkeypatch: pytest.MonkeyPatch) -> dict:
             "summaries": [reload(out) for out in outs], "arms": cli._taste_arms(args.arms, tastes)}
 
 
-def test_the_taste_section_and_the_readme_block_are_rendered_from_the_stored_runs(
-        published: dict, tmp_path: Path) -> None:
+def test_the_taste_section_is_rendered_from_the_stored_runs(published: dict, tmp_path: Path) -> None:
     args = published["args"]
-    assert args.report and args.docs == Path("docs/results.md") and args.readme == Path("README.md")
+    assert args.report and args.docs == Path("docs/results.md") and args.readme is None
     assert str(args.out).startswith("docs/data/"), "the runs the page reads are committed with it"
     docs = tmp_path / "docs" / "results.md"
     docs.parent.mkdir()
@@ -56,9 +51,6 @@ def test_the_taste_section_and_the_readme_block_are_rendered_from_the_stored_run
     write_docs(published["summaries"], published["outs"], docs, cli._taste_command(args), published["arms"])
     assert docs.read_text(encoding="utf-8") == published["page"], \
         "docs/results.md's taste section is stale: rebuild it with the report command it names"
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert readme_section(readme) == readme_block(published["summaries"], published["arms"]), \
-        "the README's taste block is stale: rebuild it with the report command docs/results.md names"
     for image in (tmp_path / "docs" / "images").iterdir():  # the grid shown is the stored run's
         assert image.read_bytes() == (ROOT / "docs" / "images" / image.name).read_bytes(), image.name
 

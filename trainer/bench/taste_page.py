@@ -237,7 +237,7 @@ def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: st
         "",
         "A scripted person with a hidden taste that no shipped reward measures labels trees of 8 leaves "
         f"of the embedded model: likes {b['likes']}, dislikes {b['dislikes']}, {b['mistakes']:.0%} of its "
-        f"marks random mistakes. From the first {counts} labelled trees the default method fits the "
+        f"marks random mistakes. From the first {counts} labelled trees the method fits the "
         f"personal reward and trains {b['iterations']} iterations of {b['prompts_per_iteration']} prompts "
         + method_weights_words(b) + " with the guard at its default "
         f"(`{b['keep']}`: prompt-following, the scene reward, may fall by at most the limit): "
@@ -335,7 +335,8 @@ def assembled_block(summaries: Sequence[dict[str, Any]], command: str) -> str:
     lines = [ASSEMBLED[0], "",
              f"The default that chooses the weight (the guard keeps the run at {weights}), at "
              f"{', '.join(counts)} labelled trees, assembled per seed and tree count from the runs at each "
-             f"weight by `{command}`; the frontier, seeds and picks are the table's above:", "",
+             f"weight by `{command}`; the frontier, seeds and picks are those of the table of the fixed "
+             f"weight {tried[0]} (below):", "",
              *TABLE_HEAD]
     for summary in summaries:
         lines += taste_rows(summary)
@@ -344,7 +345,8 @@ def assembled_block(summaries: Sequence[dict[str, Any]], command: str) -> str:
         f"{risk['runs']}**."]
     n = ABLATION_TREES
     if all(n in s["by_trees"] for s in summaries):
-        lines += ["", f"Where the rest goes at {n} trees, as above; the oracle at the method's weights "
-                      f"takes, per seed, the better of {better}, as the guard may:", "",
+        lines += ["", f"Where the rest goes at {n} trees (each column as in the fixed weight's table "
+                      f"below); the oracle at the method's weights takes, per seed, the better of {better}, "
+                      "as the guard may:", "",
                   *decomposition_lines([decomposition(s, n) for s in summaries])]
     return "\n".join([*lines, "", ASSEMBLED[1]])

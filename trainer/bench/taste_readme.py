@@ -63,8 +63,10 @@ def trained_at(budget: dict[str, Any]) -> str:
 
 
 def readme_block(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict[str, Any]]] | None = None,
-                 page: str = "docs/results.md#every-taste-learning-from-picks-under-the-guard") -> str:
-    """The block, markers included."""
+                 page: str = "docs/results.md#every-taste-learning-from-picks-under-the-guard",
+                 note: str = "") -> str:
+    """The block, markers included; ``note``: a sentence after the arms' lines (what they are measured
+    against, when the table is not the run the arms were paired with)."""
     first = summaries[0]
     b = first["budget"]
     counts = list(first["by_trees"])
@@ -95,6 +97,8 @@ def readme_block(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict[
         if row["runs"]:
             lines.append(f"- {name}, at {at} trees against the default on the same {row['runs']} runs: "
                          f"{_points(row['difference'])}, {verdict(row)}.")
+    if note:
+        lines += ["", note]
     lines += ["", "Every figure with its interval, the ablations and where the rest goes: "
                   f"[{page.split('#')[0]}]({page}).", END]
     return "\n".join(lines)
@@ -103,3 +107,20 @@ def readme_block(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict[
 def with_readme_block(text: str, block: str) -> str:
     """``text`` (the README) with its taste block replaced; a README without the markers is refused."""
     return replace_marked(text, BEGIN, END, block, "taste block")
+
+
+ASSEMBLED_PAGE = "docs/results.md#learning-from-picks-the-default-the-guard-chooses-the-weight"
+"""Where the README's block points when it shows the assembled default (the results page's section)."""
+
+
+def assembled_readme_block(summaries: Sequence[dict[str, Any]], fixed: Sequence[dict[str, Any]]) -> str:
+    """The README's block for the default that chooses the picks weight (assembled by
+    ``scripts/taste_weight_choice.py``), with one line against ``fixed``: the same picks and seeds at the
+    first weight alone, the run every other lever was measured against. Why this and not the fixed run's
+    table: the README shows what a person gets from the shipped default."""
+    weight = method_weights(fixed[0]["budget"])[0]
+    arm = f"a fixed picks weight of {weight:g} (0.4.x's method)"
+    note = ("The other levers (the features, error-free picks, the guard's measurement, two rounds, "
+            f"steering, pessimism) were each measured against that fixed weight of {weight:g}: the results "
+            "page lists them.")
+    return readme_block(summaries, {arm: list(fixed)}, ASSEMBLED_PAGE, note)

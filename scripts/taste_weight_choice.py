@@ -72,14 +72,16 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(combine_taste(taste, args.runs, args.out, command))
         made.append(taste)
-    if args.docs and made:
+    if not made:
+        return 0
+    assembled = [reload(args.out / t) for t in made]
+    if args.docs:
         page = args.docs.read_text(encoding="utf-8")
-        block = assembled_block([reload(args.out / t) for t in made], command)
+        block = assembled_block(assembled, command)
         atomic_write_text(args.docs, replace_marked(page, *ASSEMBLED, block, "assembled default block"))
         print(f"written: {args.docs}")
-    if args.readme and made:
-        block = assembled_readme_block([reload(args.out / t) for t in made],
-                                       [reload(args.runs[0] / t) for t in made])
+    if args.readme:
+        block = assembled_readme_block(assembled, [reload(args.runs[0] / t) for t in made])
         atomic_write_text(args.readme, with_readme_block(args.readme.read_text(encoding="utf-8"), block))
         print(f"written: {args.readme}")
     return 0

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from scipy.stats import spearmanr
 
-from dynamic_treerpo.trainer.bench.stats import mean_ci95
+from dynamic_treerpo.trainer.bench.common.stats import mean_ci95
 from dynamic_treerpo.trainer.bench.taste import TasteBudget, _config
 from dynamic_treerpo.trainer.core.flow import make_sigmas
 from dynamic_treerpo.trainer.lora.adapters import load_lora_state

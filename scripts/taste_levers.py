@@ -20,8 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from dynamic_treerpo.trainer.bench.common.stats import mean_ci95
 from dynamic_treerpo.trainer.bench.person import SimulatedPerson, load_taste
-from dynamic_treerpo.trainer.bench.stats import mean_ci95
 from dynamic_treerpo.trainer.bench.taste import (
     SeedResult,
     TasteBudget,

@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from dynamic_treerpo.trainer.bench.provenance import check_resume, provenance
+from dynamic_treerpo.trainer.bench.common.provenance import check_resume, provenance
 from dynamic_treerpo.trainer.bench.taste import (
     TasteBudget,
     _write,

@@ -21,7 +21,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from dynamic_treerpo.trainer.bench.page import replace_marked
+from dynamic_treerpo.trainer.bench.common.marked import replace_marked
 from dynamic_treerpo.trainer.bench.taste import _grid_count, _write, reload
 from dynamic_treerpo.trainer.bench.taste_combine import combine_weights, kept_weight
 from dynamic_treerpo.trainer.bench.taste_page import ASSEMBLED, assembled_block

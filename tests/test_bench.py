@@ -33,9 +33,9 @@ from dynamic_treerpo.trainer.bench.arms import (
     treatment_problem,
 )
 from dynamic_treerpo.trainer.bench.claims import all_tests, primary_tests
+from dynamic_treerpo.trainer.bench.common.stats import seeds_for_exact
 from dynamic_treerpo.trainer.bench.report import summary_rows, write_report
 from dynamic_treerpo.trainer.bench.results import FORMAT, PRIMARY_CLAIMS, Budget, ProtocolResult, Run, load
-from dynamic_treerpo.trainer.bench.stats import seeds_for_exact
 from dynamic_treerpo.trainer.cli import main
 from dynamic_treerpo.trainer.config.files import load_config
 from dynamic_treerpo.trainer.config.schema import TrainConfig
@@ -608,7 +608,7 @@ def test_protocol_quick_runs_every_arm_and_writes_the_report(
     assert "cannot resume: the budget differs" in capsys.readouterr().err
     # one code version: every part recorded it, and a resume under other code, or of a file that recorded
     # none, is refused in one line before anything runs
-    from dynamic_treerpo.trainer.bench.provenance import code_fingerprint
+    from dynamic_treerpo.trainer.bench.common.provenance import code_fingerprint
 
     assert {c["code"] for c in resumed["code"]} == {code_fingerprint()}
     assert all(len(r["load"]) == 2 for r in resumed["runs"])  # the machine's load, start and end

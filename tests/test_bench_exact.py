@@ -18,9 +18,7 @@ from scipy import stats as scipy_stats
 from dynamic_treerpo.trainer.bench import protocol, report
 from dynamic_treerpo.trainer.bench.arms import TREE, select_arms
 from dynamic_treerpo.trainer.bench.claims import all_tests
-from dynamic_treerpo.trainer.bench.page import README_BEGIN, README_END, markdown, readme_claims
-from dynamic_treerpo.trainer.bench.results import Budget, ProtocolResult, load
-from dynamic_treerpo.trainer.bench.stats import (
+from dynamic_treerpo.trainer.bench.common.stats import (
     MAX_EXACT_SEEDS,
     agreed_verdict,
     exact_floor,
@@ -32,6 +30,8 @@ from dynamic_treerpo.trainer.bench.stats import (
     sign_flip_p,
     sign_flip_test,
 )
+from dynamic_treerpo.trainer.bench.page import README_BEGIN, README_END, markdown, readme_claims
+from dynamic_treerpo.trainer.bench.results import Budget, ProtocolResult, load
 from tests.test_bench import GAINS, PEAKS, SLOPES, _stand_in_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from dynamic_treerpo.trainer.bench import sweep as sweeping
-from dynamic_treerpo.trainer.bench.stats import (
+from dynamic_treerpo.trainer.bench.common.stats import (
     Comparison,
     holm,
     intersection_union,

@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from dynamic_treerpo.trainer.bench.stats import mean_ci95
+from dynamic_treerpo.trainer.bench.common.stats import mean_ci95
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -509,7 +509,7 @@ def test_a_taste_run_records_its_code_and_refuses_to_resume_across_a_code_change
         tmp_path: Path, monkeypatch) -> None:
     """Every seed records the code version that ran it; a resume under other code (a changed file of the
     code that trains or samples) is refused in one line, and the stored seeds are left as they were."""
-    from dynamic_treerpo.trainer.bench import provenance
+    from dynamic_treerpo.trainer.bench.common import provenance
     from dynamic_treerpo.trainer.bench import taste as bench
 
     budget = replace(bench.QUICK, seeds=1, trees=3, at=(), frontier_weights=(0.3,), frontier_steer=False,
@@ -570,7 +570,7 @@ def test_a_one_round_taste_run_measures_its_reward_on_the_trained_models_trees(t
     """At every tree count, the chosen model samples trees that the person labels, and the personal
     reward's pair accuracy on them is reported beside its accuracy on base trees; the run records the
     options it was given and its code version, and the page names that version."""
-    from dynamic_treerpo.trainer.bench.provenance import code_fingerprint
+    from dynamic_treerpo.trainer.bench.common.provenance import code_fingerprint
 
     page = tmp_path / "results.md"
     page.write_text("# Results\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dynamic_treerpo.trainer.bench import provenance
+from dynamic_treerpo.trainer.bench.common import provenance
 
 
 def _package(tmp_path: Path) -> Path:

@@ -109,7 +109,7 @@ def test_the_assembled_default_on_the_results_page_is_what_the_stored_runs_give(
     """docs/data/taste/taste_default is what assembling the published table and weight arm gives now, and
     the block of docs/results.md and the README's taste block are what the script renders from it (no
     figure typed by hand)."""
-    from dynamic_treerpo.trainer.bench.page import replace_marked
+    from dynamic_treerpo.trainer.bench.common.marked import replace_marked
     from dynamic_treerpo.trainer.bench.taste_page import ASSEMBLED, assembled_block
     from dynamic_treerpo.trainer.bench.taste_readme import assembled_readme_block, with_readme_block
 

@@ -35,8 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from .arms import BEST_FIXED_CLIP, LIKE_FOR_LIKE, TREATMENTS, TREE
-from .results import PUBLISHED, ProtocolResult, Run
-from .stats import (
+from .common.stats import (
     Comparison,
     IntersectionUnion,
     Verdict,
@@ -47,6 +46,7 @@ from .stats import (
     paired,
     union_verdict,
 )
+from .results import PUBLISHED, ProtocolResult, Run
 from .survival import capped
 
 Family = Literal["primary", "ablation", "secondary"]

@@ -30,8 +30,9 @@ from .claims import (
     resolved_per_iteration,
     time_where,
 )
+from .common.marked import replace_marked
+from .common.stats import ALPHA, Comparison, claimed_side, exact_floor, mean_ci95, seeds_for_exact
 from .results import PRIMARY_CLAIMS, ProtocolResult
-from .stats import ALPHA, Comparison, claimed_side, exact_floor, mean_ci95, seeds_for_exact
 
 
 def _p(p: float | None) -> str:
@@ -705,8 +706,8 @@ def _header(result: ProtocolResult) -> list[str]:
 
 def code_text(code: Sequence[dict[str, Any]]) -> str:
     """Which code version made the runs: one for a published protocol."""
-    from .provenance import distinct, machines_line
-    from .provenance import version_name as name
+    from .common.provenance import distinct, machines_line
+    from .common.provenance import version_name as name
 
     unique = distinct(code)
     if not unique:
@@ -820,15 +821,6 @@ def _readme_disturbed(result: ProtocolResult, tests: Sequence[Test]) -> list[str
         return []
     return [f"Without the {len(runs)} runs another process disturbed (wall/CPU ratio; docs/results.md, "
             f"\"Clean seconds\"): {'; '.join(changed)}."]
-
-
-def replace_marked(text: str, begin: str, end: str, block: str, what: str) -> str:
-    """``text`` with everything from ``begin`` to ``end`` (markers included) replaced by ``block``;
-    refused, naming ``what`` is missing, when the markers are not there in that order."""
-    start, stop = text.find(begin), text.find(end)
-    if start < 0 or stop < start:
-        raise ValueError(f"the page has no {what} between {begin!r} and {end!r}")
-    return text[:start] + block + text[stop + len(end):]
 
 
 def with_readme_claims(text: str, table: str) -> str:

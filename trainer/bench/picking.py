@@ -47,8 +47,8 @@ from ..preferences.records import Picks
 from ..preferences.store import PickStore
 from ..rewards.personal import FitConfig, fit_head, pair_accuracy, pooled_features
 from ..utils.atomic import atomic_write_text
+from .common.stats import mean_ci95
 from .person import SimulatedPerson, load_taste
-from .stats import mean_ci95
 
 ORDERS = ("oldest", "active")
 TASTES = ("larger_objects", "central_objects", "deep_shades")

@@ -69,7 +69,8 @@ from .arms import (
     runnable_arms,
     treatment_problem,
 )
-from .provenance import check_resume, provenance
+from .common.provenance import check_resume, provenance
+from .common.stats import ALPHA, exact_floor, seeds_for_exact
 from .results import (
     PRIMARY_CLAIMS,
     Budget,
@@ -81,7 +82,6 @@ from .results import (
     save,
     seconds_key,
 )
-from .stats import ALPHA, exact_floor, seeds_for_exact
 
 QUICK = Budget(images=16, seeds=2, checkpoints=2, lrs=(2e-3,), max_extensions=0, sweep_iterations=1,
                max_iterations_factor=2)  # one rate: the grid's extension is tested on stand-in runs

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from ..utils.atomic import atomic_write_text
 from . import sweep as sweeping
 from .arms import PUBLISHED, Arm
-from .stats import MAX_EXACT_SEEDS, seeds_for_exact
+from .common.stats import MAX_EXACT_SEEDS, seeds_for_exact
 
 FORMAT = 2  # protocol.json's layout; `treerpo bench report` reads only this one
 Clock = Literal["auto", "cpu", "wall"]
@@ -187,7 +187,7 @@ class ProtocolResult:
     command: str = "treerpo bench protocol"  # what made it (one line per part), for the results page
     parts: list[str] = field(default_factory=lambda: ["main"])  # the parts started, in order
     part_wall_s: dict[str, float] = field(default_factory=dict)  # per part (the main part's: sweep included)
-    code: list[dict[str, Any]] = field(default_factory=list)  # per part: the code version (bench.provenance)
+    code: list[dict[str, Any]] = field(default_factory=list)  # per part: the code version (common.provenance)
     # the second target, fixed from the sweep with the first (None: a file from before it existed)
     convergence: dict[str, Any] | None = None
     clip_sweep: list[dict[str, Any]] = field(default_factory=list)  # the ablation part's fixed clip bounds

@@ -48,8 +48,8 @@ from ..training.guarded import guard_trainer, separate_validation_pairs
 from ..training.loop import Trainer
 from ..training.plans import iteration_plan, iteration_seeds
 from ..utils.atomic import atomic_write_text
+from .common.provenance import check_resume, provenance, versions
 from .person import SimulatedPerson, Taste, load_taste
-from .provenance import check_resume, provenance, versions
 from .taste_method import (
     fit_picks,
     label_trees,

@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from .stats import mean_ci95, sign_flip_test
+from .common.stats import mean_ci95, sign_flip_test
 
 
 def _seed_values(summary: dict[str, Any], values: Sequence[float]) -> dict[int, float]:

@@ -146,8 +146,8 @@ def _commands(summaries: Sequence[dict[str, Any]], command: str) -> list[str]:
 
 def code_line(summaries: Sequence[dict[str, Any]]) -> str:
     """Which code version made the figures: one commit for a published run, else every version named."""
-    from .provenance import distinct, machines_line
-    from .provenance import version_name as name
+    from .common.provenance import distinct, machines_line
+    from .common.provenance import version_name as name
 
     found = [v for s in summaries for v in s.get("code", [])]
     unique = distinct(found)

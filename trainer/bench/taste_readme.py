@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .page import replace_marked
+from .common.marked import replace_marked
 from .taste_ablation import ablation_rows, method_weights, pooled_share, risk_count, verdict
 from .taste_page import ABLATION_TREES, AGAINST_PROMPT
 

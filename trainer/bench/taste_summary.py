@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from .stats import mean_ci95, sign_flip_test
+from .common.stats import mean_ci95, sign_flip_test
 
 TARGETS = {25: 0.5, 50: 0.8}
 """The share of the frontier the method must reach by labelled-tree count (the issue's targets)."""

@@ -18,11 +18,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-PACKAGE = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parents[2]
 
 PRESENTATION = frozenset({
     "bench/page.py", "bench/report.py", "bench/results.py", "bench/taste_page.py", "bench/taste_summary.py",
-    "bench/stats.py", "bench/claims.py", "bench/provenance.py", "bench/taste_ablation.py",
+    "bench/common/stats.py", "bench/claims.py", "bench/common/provenance.py", "bench/taste_ablation.py",
     "bench/disturbed.py", "bench/taste_readme.py", "guard/figures.py",
 })
 """Modules (relative to ``trainer/``) that only summarise, test or draw stored figures: changing them
@@ -85,7 +85,7 @@ def release(package: Path = PACKAGE) -> str | None:
     """The release of the code that runs: the ``pyproject.toml`` beside ``package`` in a checkout (a
     worktree of an older commit, run through ``PYTHONPATH``, is that commit's release, not the installed
     one's), else the installed distribution's (None when neither says)."""
-    from ..compat.versions import installed_version
+    from ...compat.versions import installed_version
 
     pyproject = package.parent / "pyproject.toml"
     if pyproject.is_file():

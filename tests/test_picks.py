@@ -509,8 +509,8 @@ def test_a_taste_run_records_its_code_and_refuses_to_resume_across_a_code_change
         tmp_path: Path, monkeypatch) -> None:
     """Every seed records the code version that ran it; a resume under other code (a changed file of the
     code that trains or samples) is refused in one line, and the stored seeds are left as they were."""
-    from dynamic_treerpo.trainer.bench.common import provenance
     from dynamic_treerpo.trainer.bench import taste as bench
+    from dynamic_treerpo.trainer.bench.common import provenance
 
     budget = replace(bench.QUICK, seeds=1, trees=3, at=(), frontier_weights=(0.3,), frontier_steer=False,
                      rounds=1)

@@ -12,6 +12,7 @@ import pytest
 
 from dynamic_treerpo.trainer import cli
 from dynamic_treerpo.trainer.bench.taste import TASTE_SET, reload
+from dynamic_treerpo.trainer.bench.taste_commands import taste_arms, taste_command
 from dynamic_treerpo.trainer.bench.taste_page import AGAINST_PROMPT, write_docs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ def published(monkeypatch: pytest.MonkeyPatch) -> dict:
     tastes = [t.strip() for t in args.tastes.split(",")] if args.tastes else list(TASTE_SET)  # as the CLI
     outs = [args.out / t for t in tastes]
     return {"page": page, "args": args, "tastes": tastes, "outs": outs,
-            "summaries": [reload(out) for out in outs], "arms": cli._taste_arms(args.arms, tastes)}
+            "summaries": [reload(out) for out in outs], "arms": taste_arms(args.arms, tastes)}
 
 
 def test_the_taste_section_is_rendered_from_the_stored_runs(published: dict, tmp_path: Path) -> None:
@@ -48,7 +49,7 @@ def test_the_taste_section_is_rendered_from_the_stored_runs(published: dict, tmp
     docs = tmp_path / "docs" / "results.md"
     docs.parent.mkdir()
     docs.write_text(published["page"], encoding="utf-8")
-    write_docs(published["summaries"], published["outs"], docs, cli._taste_command(args), published["arms"])
+    write_docs(published["summaries"], published["outs"], docs, taste_command(args), published["arms"])
     assert docs.read_text(encoding="utf-8") == published["page"], \
         "docs/results.md's taste section is stale: rebuild it with the report command it names"
     for image in (tmp_path / "docs" / "images").iterdir():  # the grid shown is the stored run's

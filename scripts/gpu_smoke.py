@@ -67,7 +67,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dynamic_treerpo.trainer.bench.nfe import PAPER_TREE, strategy_configs
+from dynamic_treerpo.trainer.bench.protocol.nfe import PAPER_TREE, strategy_configs
 from dynamic_treerpo.trainer.config.published import published_loss
 from dynamic_treerpo.trainer.core.flow import flux_sigmas, shifted_sigmas
 from dynamic_treerpo.trainer.core.objective import LossConfig, backward_over_tree, prepare_targets

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dynamic_treerpo.trainer.bench import report
-from dynamic_treerpo.trainer.bench.claims import all_tests
-from dynamic_treerpo.trainer.bench.page import markdown
-from dynamic_treerpo.trainer.bench.results import load
+from dynamic_treerpo.trainer.bench.protocol import report
+from dynamic_treerpo.trainer.bench.protocol.claims import all_tests
+from dynamic_treerpo.trainer.bench.protocol.page import markdown
+from dynamic_treerpo.trainer.bench.protocol.results import load
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADING = "# Results: the paper's claims"

@@ -13,9 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from dynamic_treerpo.trainer.bench import protocol
-from dynamic_treerpo.trainer.bench import sweep as sweeping
-from dynamic_treerpo.trainer.bench.arms import (
+from dynamic_treerpo.trainer.bench.common.stats import seeds_for_exact
+from dynamic_treerpo.trainer.bench.protocol import run as protocol
+from dynamic_treerpo.trainer.bench.protocol import sweep as sweeping
+from dynamic_treerpo.trainer.bench.protocol.arms import (
     ABLATION_ARMS,
     LIKE_FOR_LIKE,
     MAIN_ARMS,
@@ -32,10 +33,16 @@ from dynamic_treerpo.trainer.bench.arms import (
     select_arms,
     treatment_problem,
 )
-from dynamic_treerpo.trainer.bench.claims import all_tests, primary_tests
-from dynamic_treerpo.trainer.bench.common.stats import seeds_for_exact
-from dynamic_treerpo.trainer.bench.report import summary_rows, write_report
-from dynamic_treerpo.trainer.bench.results import FORMAT, PRIMARY_CLAIMS, Budget, ProtocolResult, Run, load
+from dynamic_treerpo.trainer.bench.protocol.claims import all_tests, primary_tests
+from dynamic_treerpo.trainer.bench.protocol.report import summary_rows, write_report
+from dynamic_treerpo.trainer.bench.protocol.results import (
+    FORMAT,
+    PRIMARY_CLAIMS,
+    Budget,
+    ProtocolResult,
+    Run,
+    load,
+)
 from dynamic_treerpo.trainer.cli import main
 from dynamic_treerpo.trainer.config.files import load_config
 from dynamic_treerpo.trainer.config.schema import TrainConfig
@@ -677,7 +684,7 @@ tree:
 
 
 def test_sampler_measures_overhead_and_memory_at_16_and_64_leaves(tmp_path: Path) -> None:
-    from dynamic_treerpo.trainer.bench.sampler import format_sampler, sampler
+    from dynamic_treerpo.trainer.bench.protocol.sampler import format_sampler, sampler
 
     result = sampler(None, ["lora.rank=4"], tmp_path)
     o = result["overhead"]
@@ -694,7 +701,7 @@ def test_the_ablation_part_sweeps_the_fixed_clip_and_compares_the_dynamic_clip_w
     at that rate and the best becomes the arm ``capping best fixed clip``, compared with the dynamic clip
     in the secondary family (the ablation-claims family keeps its size: with its 6 tests 8 seeds can reach a
     verdict)."""
-    from dynamic_treerpo.trainer.bench.arms import BEST_FIXED_CLIP, FIXED_CLIPS
+    from dynamic_treerpo.trainer.bench.protocol.arms import BEST_FIXED_CLIP, FIXED_CLIPS
 
     out, calls = tmp_path / "protocol", []
     _stand_ins(monkeypatch, calls)

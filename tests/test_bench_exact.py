@@ -15,9 +15,6 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from dynamic_treerpo.trainer.bench import protocol, report
-from dynamic_treerpo.trainer.bench.arms import TREE, select_arms
-from dynamic_treerpo.trainer.bench.claims import all_tests
 from dynamic_treerpo.trainer.bench.common.stats import (
     MAX_EXACT_SEEDS,
     agreed_verdict,
@@ -30,8 +27,12 @@ from dynamic_treerpo.trainer.bench.common.stats import (
     sign_flip_p,
     sign_flip_test,
 )
-from dynamic_treerpo.trainer.bench.page import README_BEGIN, README_END, markdown, readme_claims
-from dynamic_treerpo.trainer.bench.results import Budget, ProtocolResult, load
+from dynamic_treerpo.trainer.bench.protocol import report
+from dynamic_treerpo.trainer.bench.protocol import run as protocol
+from dynamic_treerpo.trainer.bench.protocol.arms import TREE, select_arms
+from dynamic_treerpo.trainer.bench.protocol.claims import all_tests
+from dynamic_treerpo.trainer.bench.protocol.page import README_BEGIN, README_END, markdown, readme_claims
+from dynamic_treerpo.trainer.bench.protocol.results import Budget, ProtocolResult, load
 from tests.test_bench import GAINS, PEAKS, SLOPES, _stand_in_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -320,7 +321,7 @@ def test_the_efficiency_ratio_compares_the_same_iterations_of_both_runs() -> Non
     median alone: the ratio takes the first iterations both ran."""
     from types import SimpleNamespace
 
-    from dynamic_treerpo.trainer.bench.claims import same_iterations_ratio
+    from dynamic_treerpo.trainer.bench.protocol.claims import same_iterations_ratio
 
     tree = SimpleNamespace(iteration_s=lambda clock: [1.0, 1.0, 3.0, 3.0, 3.0])
     base = SimpleNamespace(iteration_s=lambda clock: [2.0, 2.0])
@@ -335,8 +336,8 @@ def test_runs_another_process_disturbed_are_listed_and_the_claims_in_seconds_giv
     seconds with its seed's pairs."""
     from dataclasses import replace
 
-    from dynamic_treerpo.trainer.bench.disturbed import disturbed_runs, wall_per_cpu, without
-    from dynamic_treerpo.trainer.bench.page import clean_seconds
+    from dynamic_treerpo.trainer.bench.protocol.disturbed import disturbed_runs, wall_per_cpu, without
+    from dynamic_treerpo.trainer.bench.protocol.page import clean_seconds
 
     result = load(ROOT / "docs" / "data")
     assert disturbed_runs(result) == []

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from dynamic_treerpo.trainer.bench import sweep as sweeping
 from dynamic_treerpo.trainer.bench.common.stats import (
     Comparison,
     holm,
@@ -22,7 +21,8 @@ from dynamic_treerpo.trainer.bench.common.stats import (
     union_verdict,
     verdict,
 )
-from dynamic_treerpo.trainer.bench.survival import capped, kaplan_meier, reached, restricted_mean
+from dynamic_treerpo.trainer.bench.protocol import sweep as sweeping
+from dynamic_treerpo.trainer.bench.protocol.survival import capped, kaplan_meier, reached, restricted_mean
 from dynamic_treerpo.trainer.training.evaluate import eval_pairs_for, held_out_pairs, validation_pairs
 
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .bench.nfe import PAPER_TREE, format_table, nfe_table, strategy_configs
+from .bench.protocol.nfe import PAPER_TREE, format_table, nfe_table, strategy_configs
 from .compat.versions import check_versions
 from .core.strategies import DanceGRPOConfig, MixGRPOConfig, TreeConfig
 from .utils.atomic import one_line
@@ -127,7 +127,7 @@ def _run_score(args: argparse.Namespace) -> int:
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    from .bench.protocol_commands import add_protocol_commands
+    from .bench.protocol.commands import add_protocol_commands
     from .bench.taste_commands import add_taste_commands
 
     p = sub.add_parser("bench", help="benchmarks: the recipes side by side on the embedded default")

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..common.marked import replace_marked
+from ..common.stats import ALPHA, Comparison, claimed_side, exact_floor, mean_ci95, seeds_for_exact
 from .arms import LIKE_FOR_LIKE, TREE
 from .claims import (
     BUDGETS,
@@ -30,8 +32,6 @@ from .claims import (
     resolved_per_iteration,
     time_where,
 )
-from .common.marked import replace_marked
-from .common.stats import ALPHA, Comparison, claimed_side, exact_floor, mean_ci95, seeds_for_exact
 from .results import PRIMARY_CLAIMS, ProtocolResult
 
 
@@ -706,8 +706,8 @@ def _header(result: ProtocolResult) -> list[str]:
 
 def code_text(code: Sequence[dict[str, Any]]) -> str:
     """Which code version made the runs: one for a published protocol."""
-    from .common.provenance import distinct, machines_line
-    from .common.provenance import version_name as name
+    from ..common.provenance import distinct, machines_line
+    from ..common.provenance import version_name as name
 
     unique = distinct(code)
     if not unique:

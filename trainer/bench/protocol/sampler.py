@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 
-from ..config.files import load_config
-from ..config.schema import TrainConfig
-from ..core.tree import rollout
-from ..training.loop import Trainer
-from ..training.plans import iteration_plan, iteration_seeds
+from ...config.files import load_config
+from ...config.schema import TrainConfig
+from ...core.tree import rollout
+from ...training.loop import Trainer
+from ...training.plans import iteration_plan, iteration_seeds
 
 LEAVES = {16: ("tree.depth=4", "tree.branching=2"), 64: ("tree.depth=6", "tree.branching=2")}
 
@@ -114,7 +114,7 @@ def sampler(config_path: str | None, overrides: list[str], out: Path) -> dict[st
         if done.returncode != 0:
             raise RuntimeError(f"memory measurement at {leaves} leaves failed: {done.stderr.strip()[-500:]}")
         result["memory"].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    from ..utils.atomic import atomic_write_text
+    from ...utils.atomic import atomic_write_text
 
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "sampler.json", json.dumps(result, indent=2) + "\n")

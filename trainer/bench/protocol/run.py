@@ -44,10 +44,12 @@ from typing import Any, Literal
 
 import torch
 
-from ..config.schema import TrainConfig
-from ..training.build import resolve_device
-from ..training.evaluate import PromptSource, validation_pairs
-from ..training.loop import Trainer
+from ...config.schema import TrainConfig
+from ...training.build import resolve_device
+from ...training.evaluate import PromptSource, validation_pairs
+from ...training.loop import Trainer
+from ..common.provenance import check_resume, provenance
+from ..common.stats import ALPHA, exact_floor, seeds_for_exact
 from . import sweep as sweeping
 from .arms import (
     ALL_ARMS,
@@ -69,8 +71,6 @@ from .arms import (
     runnable_arms,
     treatment_problem,
 )
-from .common.provenance import check_resume, provenance
-from .common.stats import ALPHA, exact_floor, seeds_for_exact
 from .results import (
     PRIMARY_CLAIMS,
     Budget,

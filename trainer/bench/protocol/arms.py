@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..config.files import load_config
-from ..config.schema import TrainConfig
-from ..core.strategies import STRATEGIES
+from ...config.files import load_config
+from ...config.schema import TrainConfig
+from ...core.strategies import STRATEGIES
 
 Role = Literal["main", "ablation"]
 
@@ -177,8 +177,8 @@ GROUP_SECTION = {"mixgrpo": "mixgrpo", "mixgrpo_flash": "mixgrpo", "dancegrpo": 
 
 def images_per_iteration(config: TrainConfig) -> int:
     """Scored images of one iteration: prompts x leaves per prompt."""
-    from ..core.flow import make_sigmas
-    from ..training.plans import iteration_plan
+    from ...core.flow import make_sigmas
+    from ...training.plans import iteration_plan
 
     sigmas = make_sigmas(config.sampling.schedule, config.strategy_config.steps, config.sampling.shift)
     return config.data.prompts_per_iteration * iteration_plan(config, sigmas, 0).leaves_per_prompt

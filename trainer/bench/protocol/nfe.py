@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import torch
 
-from ..core.awm import AWMConfig
-from ..core.dgpo import DGPOConfig
-from ..core.flow import make_sigmas
-from ..core.objective import LossConfig, backward_over_tree, prepare_targets
-from ..core.strategies import (
+from ...core.awm import AWMConfig
+from ...core.dgpo import DGPOConfig
+from ...core.flow import make_sigmas
+from ...core.objective import LossConfig, backward_over_tree, prepare_targets
+from ...core.strategies import (
     BranchGRPOConfig,
     DanceGRPOConfig,
     DiffusionNFTConfig,
@@ -25,10 +25,10 @@ from ..core.strategies import (
     build_plan,
     closed_form,
 )
-from ..core.tree import rollout
-from ..training.awm import awm_backward
-from ..training.dgpo import dgpo_backward
-from ..training.nft import OldPolicy, nft_rows
+from ...core.tree import rollout
+from ...training.awm import awm_backward
+from ...training.dgpo import dgpo_backward
+from ...training.nft import OldPolicy, nft_rows
 
 # the example of docs/algorithm.md's forward counts: T = 25, window at 10, depth 4, binary branching
 PAPER_TREE = TreeConfig(steps=25, window_start=10, depth=4, branching=2)

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..utils.atomic import atomic_write_bytes, atomic_write_text
+from ...utils.atomic import atomic_write_bytes, atomic_write_text
+from ..common.stats import mean_ci95
+from ..taste_page import sections_of
 from .claims import Test, all_tests, capped_times, clock_label, horizon, median_iteration_s
-from .common.stats import mean_ci95
 from .page import markdown, readme_claims, with_readme_claims
 from .results import FORMAT, ProtocolResult, Run
 from .survival import reached, restricted_mean
-from .taste_page import sections_of
 
 
 def time_summary(result: ProtocolResult, runs: Sequence[Run], axis: str) -> dict[str, Any]:

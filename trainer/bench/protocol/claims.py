@@ -34,8 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from .arms import BEST_FIXED_CLIP, LIKE_FOR_LIKE, TREATMENTS, TREE
-from .common.stats import (
+from ..common.stats import (
     Comparison,
     IntersectionUnion,
     Verdict,
@@ -46,6 +45,7 @@ from .common.stats import (
     paired,
     union_verdict,
 )
+from .arms import BEST_FIXED_CLIP, LIKE_FOR_LIKE, TREATMENTS, TREE
 from .results import PUBLISHED, ProtocolResult, Run
 from .survival import capped
 

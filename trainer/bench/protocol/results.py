@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from ..utils.atomic import atomic_write_text
+from ...utils.atomic import atomic_write_text
+from ..common.stats import MAX_EXACT_SEEDS, seeds_for_exact
 from . import sweep as sweeping
 from .arms import PUBLISHED, Arm
-from .common.stats import MAX_EXACT_SEEDS, seeds_for_exact
 
 FORMAT = 2  # protocol.json's layout; `treerpo bench report` reads only this one
 Clock = Literal["auto", "cpu", "wall"]

@@ -14,6 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from dynamic_treerpo.trainer.bench.common.stats import seeds_for_exact
+from dynamic_treerpo.trainer.bench.protocol import arm_run, bed
+from dynamic_treerpo.trainer.bench.protocol import plan as planning
 from dynamic_treerpo.trainer.bench.protocol import run as protocol
 from dynamic_treerpo.trainer.bench.protocol import sweep as sweeping
 from dynamic_treerpo.trainer.bench.protocol.arms import (
@@ -129,15 +131,15 @@ class FakeTrainer:
 
 def test_every_arm_is_measured_at_the_same_fixed_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = SimpleNamespace(cpu=0.0, wall=0.0)
-    monkeypatch.setattr(protocol, "time", SimpleNamespace(process_time=lambda: clock.cpu,
+    monkeypatch.setattr(arm_run, "time", SimpleNamespace(process_time=lambda: clock.cpu,
                                                           perf_counter=lambda: clock.wall))
     config = load_config(TrainConfig, None, ["data.prompts_per_iteration=1"])  # 8 images per iteration
     budget = Budget(images=64, seeds=2, checkpoints=4)
-    image_cps, second_cps = protocol.checkpoints(64, 4), protocol.checkpoints(8.0, 4)
+    image_cps, second_cps = arm_run.checkpoints(64, 4), arm_run.checkpoints(8.0, 4)
     assert (image_cps, second_cps) == ([16, 32, 48, 64], [2.0, 4.0, 6.0, 8.0])
     for iteration_s in (0.25, 0.5, 1.5):  # a fast, a middling and a slow arm
         clock.cpu = clock.wall = 0.0
-        run = protocol.train_run(FakeTrainer(clock, iteration_s, 8), config, "arm", budget, 8.0, "cpu")
+        run = arm_run.train_run(FakeTrainer(clock, iteration_s, 8), config, "arm", budget, 8.0, "cpu")
         assert len(run.image_marks) == len(run.second_marks) == 4 and run.seconds_reached
         axes = ((run.image_marks, image_cps, "images"), (run.second_marks, second_cps, "cpu_s"))
         for marks, cps, key in axes:
@@ -153,7 +155,7 @@ def test_every_arm_is_measured_at_the_same_fixed_checkpoints(monkeypatch: pytest
         assert run.iteration_cpu_s == [2 * iteration_s] * len(run.iteration_cpu_s)
     # an arm too slow for the seconds budget within its cap: the rest measured at its end
     clock.cpu = clock.wall = 0.0
-    capped = protocol.train_run(FakeTrainer(clock, 0.1, 8), config, "arm", budget, 1000.0, "cpu")
+    capped = arm_run.train_run(FakeTrainer(clock, 0.1, 8), config, "arm", budget, 1000.0, "cpu")
     assert not capped.seconds_reached and len(capped.iteration_wall_s) == 8 * budget.max_iterations_factor
     assert capped.second_marks[-1] == len(capped.points) - 1
 
@@ -163,11 +165,11 @@ def test_a_run_watching_its_target_is_evaluated_every_iteration_until_it_reaches
     """One checkpoint per budget (the last iteration, 8): timed on the checkpoints, the run would reach a
     gain of 0.035 at 64 images; evaluated every iteration until it, at iteration 4 (0.44 >= 0.435)."""
     clock = SimpleNamespace(cpu=0.0, wall=0.0)
-    monkeypatch.setattr(protocol, "time", SimpleNamespace(process_time=lambda: clock.cpu,
+    monkeypatch.setattr(arm_run, "time", SimpleNamespace(process_time=lambda: clock.cpu,
                                                           perf_counter=lambda: clock.wall))
     config = load_config(TrainConfig, None, ["data.prompts_per_iteration=1"])  # 8 images per iteration
     budget = Budget(images=64, seeds=2, checkpoints=1)
-    watched = protocol.train_run(FakeTrainer(clock, 0.5, 8), config, "arm", budget, 8.0, "cpu",
+    watched = arm_run.train_run(FakeTrainer(clock, 0.5, 8), config, "arm", budget, 8.0, "cpu",
                                  target_gain=0.035)
     assert [p["iteration"] for p in watched.points] == [0, 1, 2, 3, 4, 8]  # then the checkpoint only
     assert watched.image_marks == watched.second_marks == [5] and watched.target_gain == 0.035
@@ -176,7 +178,7 @@ def test_a_run_watching_its_target_is_evaluated_every_iteration_until_it_reaches
     assert watched.per_iteration(0.035) and not watched.per_iteration(0.05)
     assert watched.time_to(0.05, "images", "cpu") == 64  # past the watched gain: the checkpoints' time
     clock.cpu = clock.wall = 0.0
-    plain = protocol.train_run(FakeTrainer(clock, 0.5, 8), config, "arm", budget, 8.0, "cpu")
+    plain = arm_run.train_run(FakeTrainer(clock, 0.5, 8), config, "arm", budget, 8.0, "cpu")
     assert [p["iteration"] for p in plain.points] == [0, 8] and plain.target_gain is None
     assert plain.time_to(0.035, "images", "cpu") == 64  # the checkpoint grid decides it
     # the same training either way: the evaluations change nothing but the time's resolution
@@ -469,19 +471,19 @@ def test_a_stopped_protocol_names_its_command_and_a_resume_keeps_it(
                "--sweep-iterations", "1", "--arms", ",".join(GAINS), *THREADS,
                "--set", "data.prompts_per_iteration=2", "--out", str(out)]
     saved: list[str] = []
-    real = protocol._test_runs
+    real = protocol.run_part
 
     def stop_after_the_sweep(result, *args, **kwargs):
         saved.append(load(out).command)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(protocol, "_test_runs", stop_after_the_sweep)
+    monkeypatch.setattr(protocol, "run_part", stop_after_the_sweep)
     with pytest.raises(KeyboardInterrupt):
         main(["bench", "protocol", *options])
     assert saved == [f"treerpo bench protocol --arms {','.join(GAINS)} --seeds 2 --images 64 --lrs 0.0008 "
                      f"--max-extensions 0 --sweep-iterations 1 --set threads=1 "
                      f"--set data.prompts_per_iteration=2 --out {out}"]
-    monkeypatch.setattr(protocol, "_test_runs", real)
+    monkeypatch.setattr(protocol, "run_part", real)
     assert main(["bench", "protocol", *options, "--resume", "--docs", str(tmp_path / "results.md")]) == 0
     assert load(out).command == saved[0]
     assert "Generated by one command" in (tmp_path / "results.md").read_text()
@@ -495,8 +497,8 @@ def test_the_default_seeds_let_the_exact_test_reach_the_primary_familys_threshol
         monkeypatch: pytest.MonkeyPatch) -> None:
     assert PRIMARY_CLAIMS == 6 and seeds_for_exact(PRIMARY_CLAIMS) == 8 == Budget().seeds
     assert 6 * 2 / 2**8 < 0.05 <= 6 * 2 / 2**7  # 8 is the fewest
-    assert protocol.seeds_text(8) is None
-    assert "no primary claim can be met or not met (that needs at least 8 seeds)" in protocol.seeds_text(3)
+    assert planning.seeds_text(8) is None
+    assert "no primary claim can be met or not met (that needs at least 8 seeds)" in planning.seeds_text(3)
     _stand_ins(monkeypatch, [])
     budget = Budget(images=64, seeds=2, checkpoints=2, lrs=(8e-4,), max_extensions=0, sweep_iterations=1)
     arms = select_arms(",".join(GAINS))
@@ -524,17 +526,17 @@ def test_the_main_parts_wall_time_is_estimated_and_warned_past_150_minutes() -> 
     # and every iteration until the target: ceil(2 x 0.019 / 0.06) = 1 (tree), ceil(2 x 0.019 / 0.016) = 3
     # (MixGRPO): 8 x (10 + 12) x 3 = 528 s
     runs, watched = {TREE: 8, "mixgrpo": 8}, {TREE, "mixgrpo"}
-    assert protocol.estimate_s(result, runs, watched) == pytest.approx((64.0, 528.0))
-    assert protocol.estimate_s(result, runs, ()) == pytest.approx((64.0, 8 * 18 * 3.0))
-    lines = protocol.expected_text(result, runs, watched, done_s=600.0)
+    assert planning.estimate_s(result, runs, watched) == pytest.approx((64.0, 528.0))
+    assert planning.estimate_s(result, runs, ()) == pytest.approx((64.0, 8 * 18 * 3.0))
+    lines = planning.expected_text(result, runs, watched, done_s=600.0)
     assert lines == ["expected: the main part (sweep and main arms) about 20 min of wall time: 10 min so "
                      "far, 1 min of training in 16 test runs and about 9 min of evaluation (from the sweep's "
                      "iteration and evaluation times)"]
-    late = protocol.expected_text(result, runs, watched, done_s=9000.0)
+    late = planning.expected_text(result, runs, watched, done_s=9000.0)
     assert len(late) == 2 and late[1].startswith("warning: the main part is expected to take about 160 min, "
                                                  "more than the 150 min")
-    assert len(protocol.expected_text(result, runs, watched, done_s=9000.0, main=False)) == 1
-    plan = protocol.plan_text(result.budget, result.arms, 16)
+    assert len(planning.expected_text(result, runs, watched, done_s=9000.0, main=False)) == 1
+    plan = planning.plan_text(result.budget, result.arms, 16)
     assert "test 8 seeds x 2 arms = 16 runs, each 4 iterations" in plan and "clip treatments" not in plan
 
 
@@ -635,10 +637,10 @@ def test_evaluating_every_iteration_changes_nothing_in_the_training() -> None:
     its training as it is, so they cannot favour the arms that get more of them."""
     from dynamic_treerpo.trainer.training.loop import Trainer
 
-    config = arm_config([*protocol.bed_overrides(True, None), *THREADS[1:]], MAIN_ARMS[0], None, 1e-3, 0)
+    config = arm_config([*bed.bed_overrides(True, None), *THREADS[1:]], MAIN_ARMS[0], None, 1e-3, 0)
     budget = Budget(images=24, seeds=2, checkpoints=1)
-    plain = protocol.train_run(Trainer(config), config, TREE, budget, None, "cpu")
-    watched = protocol.train_run(Trainer(config), config, TREE, budget, None, "cpu", target_gain=10.0)
+    plain = arm_run.train_run(Trainer(config), config, TREE, budget, None, "cpu")
+    watched = arm_run.train_run(Trainer(config), config, TREE, budget, None, "cpu", target_gain=10.0)
     assert len(watched.points) == len(plain.points) + len(plain.iteration_cpu_s) - 1  # every iteration
     assert watched.points[-1]["reward"] == plain.points[-1]["reward"]
 

@@ -31,7 +31,8 @@ from dynamic_treerpo.trainer.bench.protocol import report
 from dynamic_treerpo.trainer.bench.protocol import run as protocol
 from dynamic_treerpo.trainer.bench.protocol.arms import TREE, select_arms
 from dynamic_treerpo.trainer.bench.protocol.claims import all_tests
-from dynamic_treerpo.trainer.bench.protocol.page import README_BEGIN, README_END, markdown, readme_claims
+from dynamic_treerpo.trainer.bench.protocol.claims_block import README_BEGIN, README_END, readme_claims
+from dynamic_treerpo.trainer.bench.protocol.page import markdown
 from dynamic_treerpo.trainer.bench.protocol.results import Budget, ProtocolResult, load
 from tests.test_bench import GAINS, PEAKS, SLOPES, _stand_in_run
 
@@ -337,7 +338,7 @@ def test_runs_another_process_disturbed_are_listed_and_the_claims_in_seconds_giv
     from dataclasses import replace
 
     from dynamic_treerpo.trainer.bench.protocol.disturbed import disturbed_runs, wall_per_cpu, without
-    from dynamic_treerpo.trainer.bench.protocol.page import clean_seconds
+    from dynamic_treerpo.trainer.bench.protocol.page_claims import clean_seconds
 
     result = load(ROOT / "docs" / "data")
     assert disturbed_runs(result) == []

@@ -71,7 +71,7 @@ def test_the_record_names_the_machine_and_the_pages_say_when_parts_ran_on_severa
 def test_a_protocol_part_resumed_on_another_cpu_with_the_same_numerics_records_that_machine_too() -> None:
     from types import SimpleNamespace
 
-    from dynamic_treerpo.trainer.bench.protocol.run import stamp_code
+    from dynamic_treerpo.trainer.bench.protocol.resume import stamp_code
 
     epyc = {"code": "aaaa", "commit": "c" * 40, "dirty": False,
             "machine": {"cpu": "AMD EPYC", "cpu_capability": "AVX512", "torch": "2.9.0", "gpu": None}}

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from dynamic_treerpo.trainer.bench.protocol.run import TASKS, bed_overrides
+from dynamic_treerpo.trainer.bench.protocol.bed import TASKS, bed_overrides
 from dynamic_treerpo.trainer.config.files import load_config
 from dynamic_treerpo.trainer.config.published import published_ema, published_loss, published_updates
 from dynamic_treerpo.trainer.config.schema import TrainConfig

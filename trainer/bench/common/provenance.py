@@ -21,8 +21,10 @@ from typing import Any
 PACKAGE = Path(__file__).resolve().parents[2]
 
 PRESENTATION = frozenset({
-    "bench/protocol/page.py", "bench/protocol/report.py", "bench/protocol/results.py",
-    "bench/protocol/claims.py", "bench/protocol/disturbed.py",
+    "bench/protocol/page.py", "bench/protocol/page_setup.py", "bench/protocol/page_tables.py",
+    "bench/protocol/page_claims.py", "bench/protocol/page_cells.py", "bench/protocol/claims_block.py",
+    "bench/protocol/report.py", "bench/protocol/results.py", "bench/protocol/claims.py",
+    "bench/protocol/disturbed.py",
     "bench/taste_page.py", "bench/taste_summary.py", "bench/taste_ablation.py", "bench/taste_readme.py",
     "bench/common/stats.py", "bench/common/provenance.py", "guard/figures.py",
 })

@@ -6,9 +6,9 @@ its clip treatments, and how each becomes a :class:`TrainConfig`.
   with its own published loss (``baseline_loss: published``) and sampler.
 - **Clip treatments.** As published, only the tree rescales its ratio clip to the measured ratio
   spread (``clip_spread``, trainer/core/running_scales.py); the baselines' fixed 1e-4..1e-3 bounds
-  were measured not to bind on the embedded test bed. The headline pairs are therefore also run with
-  the rescale on every arm (``rescale-all``) and on none (``none``), so that a difference cannot come
-  from the clip alone.
+  do not bind on the embedded test bed (each arm's clip fraction: docs/results-protocol.md). The
+  headline pairs are therefore also run with the rescale on every arm (``rescale-all``) and on none
+  (``none``), so that a difference cannot come from the clip alone.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ MAIN_ARMS = (
 )
 LIKE_FOR_LIKE = ((TREE_EULER, "mixgrpo"), (TREE, "mixgrpo_flash"))
 # the corrected spec's capping clip: element-mean log-probabilities, no spread rescale, bounds at
-# which 5-20% of the edges clip at the default learning rate (measured: 4-20% over 5 iterations)
+# which the spec's share of the edges clip at the default learning rate (each arm's clip fraction as
+# run: the recipes' table of docs/results-protocol.md)
 CAPPING = ("clip_spread.enabled=false", "loss.clip.eps_low=1e-6", "loss.clip.eps_high=1e-5")
 ABLATION_ARMS = (
     Arm("no LayerTuning", "dynamic_treerpo", "dpm2m", ("loss.prm_lambda=0.0",), "ablation", "LayerTuning-RL"),

@@ -108,9 +108,10 @@ def _commands(saved: str | None, command: str, resumed: bool = False) -> str:
 
 def _run_bench_protocol(args: argparse.Namespace) -> int:
     from .arms import select_arms
+    from .bed import bed_overrides, budget_for
     from .report import format_summary, write_report
-    from .results import load
-    from .run import bed_overrides, budget_for, run_ablations, run_protocol, save
+    from .results import load, save
+    from .run import run_ablations, run_protocol
 
     budget = budget_for(args.quick, {flag: getattr(args, flag) for flag in BUDGET_FLAGS})
     arms = select_arms(args.arms)

@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 from .results import PUBLISHED, ProtocolResult, Run
 
 TOLERANCE = 1.15
-"""A run is disturbed when its wall/CPU ratio exceeds its arm's median by more than 15%: the published
-runs of one arm spread within about 10% on a quiet machine (docs/data/protocol.json)."""
+"""A run is disturbed when its wall/CPU ratio exceeds its arm's median by more than this factor: set just
+above the spread of one arm's runs on a quiet machine (docs/data/protocol.json), so that a quiet run is
+never marked and a second job on the same cores is."""
 
 SECONDS_GROUPS = ("faster convergence per second", "faster to a first gain, per second",
                   "higher final reward at equal seconds", "about 50% training efficiency")

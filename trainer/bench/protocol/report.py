@@ -18,7 +18,8 @@ from ...utils.atomic import atomic_write_bytes, atomic_write_text
 from ..common.stats import mean_ci95
 from ..taste_page import sections_of
 from .claims import Test, all_tests, capped_times, clock_label, horizon, median_iteration_s
-from .page import markdown, readme_claims, with_readme_claims
+from .claims_block import readme_claims, with_readme_claims
+from .page import markdown
 from .results import FORMAT, ProtocolResult, Run
 from .survival import reached, restricted_mean
 

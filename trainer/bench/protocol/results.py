@@ -39,15 +39,15 @@ class Budget:
     """How much the protocol trains. ``seconds`` None: the equal-seconds budget is the time MixGRPO
     needs for ``images`` (its median sweep iteration), the paper's main baseline."""
 
-    # sized for the main part (sweep and 11 main arms x 8 seeds) in 150 minutes on 2 CPU cores: about 100
-    # by the committed run's iteration times (docs/algorithm.md); the command prints its own estimate after
-    # the sweep and warns above 150. 5 iterations of 64 images, 2 checkpoints per budget (the times to
-    # target come from the per-iteration evaluations), a 3-iteration sweep; the target is half its median
-    # gain (the whole median was measured to cost 10 more minutes of evaluations: runs that do not reach
-    # it are evaluated after every iteration)
+    # sized for the main part (sweep and every main arm at the default seeds) to fit the wall time of
+    # plan.MAIN_PART_MINUTES on 2 CPU cores (the committed run's part times: docs/results-protocol.md); the
+    # command prints its own estimate after the sweep and warns above it. 5 iterations of 64 images, 2
+    # checkpoints per budget (the times to target come from the per-iteration evaluations), a 3-iteration
+    # sweep; the first target is half its median gain (a larger one costs more evaluations: runs that do
+    # not reach it are evaluated after every iteration)
     images: int = 320
     seconds: float | None = None
-    # the fewest with which the exact test can reach the primary family's Holm threshold (8 for 6)
+    # the fewest with which the exact test can reach the primary family's Holm threshold
     seeds: int = seeds_for_exact(PRIMARY_CLAIMS)
     first_seed: int = 0
     checkpoints: int = 2

@@ -3,10 +3,10 @@ rate, over paired seeds, on two budgets; the paper's dynamic parts switched off 
 like-for-like pairs again under two clip treatments. ``protocol.json`` holds everything the report
 needs.
 
-Why this shape (docs/results.md says it for readers):
+Why this shape (docs/results-protocol.md says it for readers):
 
 - **Two parts.** ``--part main`` (the default): the sweep and the main arms as published, the
-  primary claims' runs, sized to fit the CPU test bed's 2 cores in 150 minutes. ``--part
+  primary claims' runs, sized to fit the CPU test bed's 2 cores in :data:`.plan.MAIN_PART_MINUTES`. ``--part
   ablations``: the ablation arms, each swept at its own rate first (the fixed clip at the dynamic
   clip's, with its bound swept too), and the clip treatments, continuing the same ``protocol.json``
   (its target kept). ``--part all`` (``--quick``'s default): both in one command.
@@ -31,31 +31,22 @@ Why this shape (docs/results.md says it for readers):
 
 from __future__ import annotations
 
-import gc
-import json
 import math
-import os
 import statistics
 import time
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import asdict, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
-
-import torch
+from typing import Any
 
 from ...config.schema import TrainConfig
-from ...training.build import resolve_device
-from ...training.evaluate import PromptSource, validation_pairs
-from ...training.loop import Trainer
-from ..common.provenance import check_resume, provenance
-from ..common.stats import ALPHA, exact_floor, seeds_for_exact
+from ..common.provenance import provenance
 from . import sweep as sweeping
+from .arm_run import environment, full_run, sweep_run
 from .arms import (
     ALL_ARMS,
     BEST_FIXED_CLIP,
     FIXED_CLIPS,
-    LIKE_FOR_LIKE,
     PUBLISHED,
     SAME_RATE,
     TREATMENTS,
@@ -71,308 +62,12 @@ from .arms import (
     runnable_arms,
     treatment_problem,
 )
-from .results import (
-    PRIMARY_CLAIMS,
-    Budget,
-    Clock,
-    Part,
-    ProtocolResult,
-    Run,
-    checkpoints,
-    save,
-    seconds_key,
-)
-
-QUICK = Budget(images=16, seeds=2, checkpoints=2, lrs=(2e-3,), max_extensions=0, sweep_iterations=1,
-               max_iterations_factor=2)  # one rate: the grid's extension is tested on stand-in runs
-QUICK_OVERRIDES = ("data.prompts_per_iteration=1", "data.eval_pairs=4", "sampling.eval_steps=2",
-                   "lora.rank=4")
-"""The smoke run (``--quick``, CI's): every arm, one prompt per iteration, two iterations, two seeds."""
-QUICK_EMBEDDED = (*(f"{section}.steps=6" for section in ("tree", "mixgrpo", "dancegrpo", "flow_grpo",
-                                                          "branchgrpo", "diffusionnft", "awm", "dgpo")),
-                  "awm.train_timesteps=3")
-"""...and on the embedded default, 6 sampling steps instead of 10 (a given config keeps its own; AWM's
-buckets of noise levels then fit 3 of them)."""
-PROTOCOL_OVERRIDES = ("data.prompts_per_iteration=8", "data.eval_pairs=48")
-"""The protocol's test bed on the embedded default: 8 prompts per iteration (64 scored images) and 48
-test pairs (64 made evaluation half of the main part's time). A given config (FLUX, SD3) is taken as
-written."""
-TASKS = {
-    "scene": (),
-    # a taste that no shipped reward measures, mixed half and half with the scene reward as a guard:
-    # it learns several times faster than the scene reward alone (docs/results.md), which at a CPU's
-    # budget is what lets the recipes be told apart
-    "taste": ("reward=scene:0.5,function:0.5",
-              "reward_weights={function: dynamic_treerpo.trainer.bench.tastes:larger_objects}"),
-}
-"""The embedded test bed's reward: the scene reward alone, or the taste task (the default)."""
+from .bed import resolve_clock
+from .plan import like_for_like_arms, log_expected, plan_text, seeds_text
+from .results import Budget, Part, ProtocolResult, save
+from .resume import check_arms, check_resumable, check_setup, main_part, stamp_code
 
 
-def bed_overrides(quick: bool, config_path: str | None, task: str = "taste") -> tuple[str, ...]:
-    """The overrides the protocol adds to the base config (before the command line's ``--set``)."""
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}")
-    embedded = config_path is None
-    if quick:
-        return (*QUICK_OVERRIDES, *(QUICK_EMBEDDED if embedded else ()), *(TASKS[task] if embedded else ()))
-    return (*PROTOCOL_OVERRIDES, *TASKS[task]) if embedded else ()
-
-
-def budget_for(quick: bool, changes: dict[str, Any]) -> Budget:
-    """The default (or quick) budget with the command line's changes (None: unchanged); ``lrs`` may be
-    a comma-separated string."""
-    given = {k: v for k, v in changes.items() if v is not None}
-    if isinstance(given.get("lrs"), str):
-        try:
-            given["lrs"] = tuple(float(x) for x in given["lrs"].split(",") if x.strip())
-        except ValueError:
-            raise ValueError(f"--lrs takes comma-separated numbers, got {changes['lrs']!r}") from None
-    return replace(QUICK if quick else Budget(), **given)
-
-
-def resolve_clock(clock: Clock, config: TrainConfig) -> Literal["cpu", "wall"]:
-    """``auto``: CPU seconds when the model runs on the CPU, wall seconds on a GPU."""
-    if clock != "auto":
-        return clock
-    return "cpu" if resolve_device(config.model.device).type == "cpu" else "wall"
-
-
-def train_run(trainer: Trainer, config: TrainConfig, arm: str, budget: Budget, seconds: float | None,
-              clock: str, treatment: str = PUBLISHED.name, target_gain: float | None = None) -> Run:
-    """Train to the image budget and (when ``seconds`` is given) the seconds budget on ``clock``,
-    measuring the held-out reward before training and at every checkpoint of both. With
-    ``target_gain``, also after every iteration until the reward has reached the base plus that
-    gain, so the time to target is the first iteration's at it, not the first checkpoint's.
-    Evaluation time is not charged to either budget."""
-    per_iteration = images_per_iteration(config)
-    image_points = checkpoints(budget.images, budget.checkpoints)
-    second_points = checkpoints(seconds, budget.checkpoints) if seconds is not None else []
-    cap = math.ceil(budget.images / per_iteration) * budget.max_iterations_factor
-    run = Run(arm, config.seed, config.optim.lr, per_iteration, treatment, target_gain=target_gain)
-    spent = {"iteration": 0, "images": 0.0, "cpu_s": 0.0, "wall_s": 0.0}
-
-    def measure(average: bool = False) -> int:
-        # every arm is compared on its live weights; where the recipe evaluates an average of its
-        # weights (Flow-GRPO, DiffusionNFT, AWM, DGPO), that figure is kept beside at the image budget,
-        # where the report reads it (docs/algorithm.md, "Baselines")
-        metrics = trainer.evaluate(average=False)[0]
-        point = {**spent, "reward": metrics["eval_reward"],  # and each term of a reward mix
-                 **{k.removeprefix("eval_"): v for k, v in metrics.items() if k.startswith("eval_reward_")}}
-        if trainer.ema is not None and average:
-            point["reward_ema"] = trainer.evaluate(average=True)[0]["eval_reward"]
-        run.points.append(point)
-        return len(run.points) - 1
-
-    measure()
-    goal = None if target_gain is None else run.base + target_gain  # None: not (or no longer) watched
-    while len(run.image_marks) < len(image_points) or (len(run.second_marks) < len(second_points)
-                                                       and spent["iteration"] < cap):
-        cpu, wall = time.process_time(), time.perf_counter()
-        row = trainer.step(int(spent["iteration"]))
-        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        spent = {"iteration": spent["iteration"] + 1,
-                 "images": spent["images"] + float(row.get("scored_images") or per_iteration),
-                 "cpu_s": spent["cpu_s"] + cpu, "wall_s": spent["wall_s"] + wall}
-        run.iteration_cpu_s.append(cpu)
-        run.iteration_wall_s.append(wall)
-        run.rollout_nfe.append(int(row["nfe_rollout"]))
-        run.clip_frac.append(float(row.get("clip_frac") or 0.0))
-        due_images = sum(1 for c in image_points[len(run.image_marks):] if spent["images"] >= c - 1e-9)
-        due_seconds = sum(1 for c in second_points[len(run.second_marks):] if spent[seconds_key(clock)] >= c)
-        if due_images or due_seconds or goal is not None:
-            index = measure(average=len(run.image_marks) + due_images == len(image_points) and due_images > 0)
-            run.image_marks += [index] * due_images
-            run.second_marks += [index] * due_seconds
-            if goal is not None and run.points[index]["reward"] >= goal:
-                goal = None  # reached: the checkpoints only from here
-    if len(run.second_marks) < len(second_points):  # stopped by the cap: the rest measured at its end
-        index = len(run.points) - 1 if run.points[-1]["iteration"] == spent["iteration"] else measure()
-        run.second_marks += [index] * (len(second_points) - len(run.second_marks))
-        run.seconds_reached = False
-    return run
-
-
-# --------------------------------------------------------------------------- the two kinds of run
-def sweep_run(config: TrainConfig, arm: Arm, budget: Budget, clock: str, test_seed: int) -> dict[str, Any]:
-    """One sweep run: ``sweep_iterations`` iterations, the reward on the validation pairs (which
-    share no prompt with the test pairs of ``test_seed``) before and after; its training leaves out
-    both sets."""
-    d = config.data
-    trainer = Trainer(config, evaluation=False)  # the held-out set is the validation one, given here
-    validation, test = validation_pairs(d.prompts, d.eval_prompts, d.eval_pairs, budget.validation_seed,
-                                        test_seed)
-    trainer.eval_pairs = validation
-    trainer.prompts = PromptSource(d.prompts, config.seed, exclude=[p.prompt for p in (*validation, *test)])
-    short = replace(budget, images=budget.sweep_iterations * images_per_iteration(config), checkpoints=1)
-    began = time.perf_counter()
-    run = train_run(trainer, config, arm.name, short, None, clock)
-    evaluating = time.perf_counter() - began - sum(run.iteration_wall_s)
-    del trainer
-    release_memory()
-    shared = {p.prompt for p in validation} & {p.prompt for p in test}
-    return {"validation_reward": run.at_images, "validation_base": run.base,
-            "median_cpu_s": statistics.median(run.iteration_cpu_s),
-            "median_wall_s": statistics.median(run.iteration_wall_s),
-            "eval_wall_s": max(0.0, evaluating) / len(run.points),  # one evaluation, for the estimate
-            "test_prompts_in_validation": len(shared)}
-
-
-def full_run(config: TrainConfig, arm: Arm, budget: Budget, seconds: float, clock: str,
-             treatment: Treatment, target_gain: float | None = None) -> Run:
-    """One test run: both budgets, measured on the test pairs (the config's held-out set); with
-    ``target_gain``, after every iteration until it is reached too."""
-    try:
-        started = machine_load()
-        run = train_run(Trainer(config), config, arm.name, budget, seconds, clock, treatment.name,
-                        target_gain)
-        run.load = [started, machine_load()]
-        return run
-    finally:
-        release_memory()
-
-
-def machine_load() -> float:
-    """The 1-minute load average (NaN where the system has none): a disturbed run shows here."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return math.nan
-
-
-def release_memory() -> None:
-    """Free the finished run's model before the next one loads (a FLUX transformer twice over does not
-    fit on most GPUs; peft's hooks keep reference cycles that only the collector breaks)."""
-    if torch.cuda.is_available():  # on the CPU the next run's allocations reuse the memory anyway
-        gc.collect()
-        torch.cuda.empty_cache()
-
-
-def environment(config: TrainConfig, clock: str, log: Callable[[str], None]) -> dict[str, Any]:
-    """What the seconds depend on, for protocol.json; a line when CPU seconds would count spinning.
-    With more than one thread, OpenMP's waiting threads spin (busy) by default: when another process
-    competes for the cores, that spinning is CPU time of this process (measured on 2 shared cores: a
-    tree iteration took 20 CPU s instead of 1.7), so CPU seconds are robust to other processes only
-    with one thread or ``OMP_WAIT_POLICY=PASSIVE``."""
-    policy = os.environ.get("OMP_WAIT_POLICY", "")
-    device = str(resolve_device(config.model.device))
-    env = {"threads": config.threads, "omp_wait_policy": policy, "device": device}
-    if clock == "cpu" and config.threads > 1 and policy.upper() != "PASSIVE":
-        log(f"note: CPU seconds with {config.threads} threads count OpenMP's spin-waiting when another "
-            "process competes for the cores; run with OMP_WAIT_POLICY=PASSIVE (or --set threads=1) for CPU "
-            "seconds that measure the work alone")
-    return env
-
-
-# --------------------------------------------------------------------------- plan and estimate
-MAIN_PART_MINUTES = 150.0
-"""The wall time the main part (sweep and main arms) is sized for on the CPU test bed's 2 cores; the
-estimate printed after the sweep warns above it and refuses nothing."""
-
-
-def like_for_like_arms() -> list[str]:
-    """The arms of the like-for-like pairs: the ones the clip treatments run."""
-    return list(dict.fromkeys(name for pair in LIKE_FOR_LIKE for name in pair))
-
-
-def seeds_text(seeds: int) -> str | None:
-    """A note when ``seeds`` are too few for the exact test to reach the primary family's Holm
-    threshold (None: enough)."""
-    needed = seeds_for_exact(PRIMARY_CLAIMS)
-    if seeds >= needed:
-        return None
-    return (f"note: with {seeds} seeds the exact test's smallest p-value, {exact_floor(seeds):.3g}, times "
-            f"the primary family's {PRIMARY_CLAIMS} claims is not below {ALPHA}: no primary claim can be met "
-            f"or not met (that needs at least {needed} seeds)")
-
-
-def plan_text(budget: Budget, arms: Sequence[Arm], per_iteration: int, treated: int = 0) -> str:
-    """Before anything trains: how many runs and iterations this part will do (``arms``: its arms; a
-    sweep when some are main arms; ``treated``: the arms the clip treatments may train)."""
-    main = [a for a in arms if a.role == "main"]
-    swept, extra = len(main) * len(budget.lrs), len(main) * budget.max_extensions
-    images_its = math.ceil(budget.images / per_iteration)
-    sweep = (f"sweep {len(main)} arms x {len(budget.lrs)} rates (+ up to {extra} runs extending the grid) x "
-             f"{budget.sweep_iterations} iterations = {swept * budget.sweep_iterations} to "
-             f"{(swept + extra) * budget.sweep_iterations} iterations; " if main else "")
-    tail = f" (+ up to {budget.seeds * treated} runs of the clip treatments)" if treated else ""
-    return (f"plan: {sweep}test {budget.seeds} seeds x {len(arms)} arms = {budget.seeds * len(arms)} runs"
-            f"{tail}, each {images_its} iterations of {per_iteration} images (up to "
-            f"{images_its * budget.max_iterations_factor} for an arm that trains on to the equal-seconds "
-            f"budget) and at most {2 * budget.checkpoints + 1} evaluations at the checkpoints"
-            + (" (a main arm's also after every iteration until it reaches the target)" if main else ""))
-
-
-def iterations_to_target(result: ProtocolResult, arm: str, limit: int) -> int:
-    """Iterations a run of ``arm`` is expected to need to reach the target, if its reward rises as in
-    its sweep run (linearly to its validation gain after ``sweep_iterations``); ``limit`` when it is
-    not expected to."""
-    gains = result.target.get("validation_gains", {})
-    gain = gains.get(arm, gains.get(TREE, 0.0))
-    watched = result.watched_gain()
-    if watched is None or gain <= 0:
-        return limit
-    return min(limit, math.ceil(result.budget.sweep_iterations * watched / gain))
-
-
-def estimate_s(result: ProtocolResult, runs: dict[str, int], watched: Collection[str]) -> tuple[float, float]:
-    """Wall seconds of training and of evaluation that ``runs`` (test runs per arm) are expected to
-    take, from the sweep: each arm's median iteration time (the tree's for an arm not swept) for as many
-    iterations as both budgets need, an evaluation at every checkpoint and, for the ``watched`` arms,
-    after every iteration until the target."""
-    per_arm = sweeping.iteration_seconds(result.sweep, result.clock)
-    tree = per_arm.get(TREE, statistics.median(per_arm.values()))
-    wall_per_clock = sweeping.wall_per_clock(result.sweep, result.clock)
-    evaluation = sweeping.evaluation_seconds(result.sweep)
-    images_its = math.ceil(result.budget.images / result.images_per_iteration)
-    cap = images_its * result.budget.max_iterations_factor
-    training = evaluating = 0.0
-    for arm, count in runs.items():
-        t = per_arm.get(arm, tree)
-        its = max(images_its, min(cap, math.ceil(result.seconds / t) if t > 0 else cap))
-        evaluations = 1 + 2 * result.budget.checkpoints
-        if arm in watched:
-            evaluations += iterations_to_target(result, arm, its)
-        training += count * its * t * wall_per_clock
-        evaluating += count * evaluations * evaluation
-    return training, evaluating
-
-
-def expected_text(result: ProtocolResult, runs: dict[str, int], watched: Collection[str],
-                  done_s: float = 0.0, main: bool = True) -> list[str]:
-    """After the sweep: the test runs' expected wall time (``done_s``: what this part has taken so
-    far, the sweep), and for the main part a warning when it is expected past
-    :data:`MAIN_PART_MINUTES`."""
-    training, evaluating = estimate_s(result, runs, watched)
-    minutes = (done_s + training + evaluating) / 60
-    what = "main part (sweep and main arms)" if main else "ablation part (ablation arms and clip treatments)"
-    lines = [f"expected: the {what} about {minutes:.0f} min of wall time: {done_s / 60:.0f} min so far, "
-             f"{training / 60:.0f} min of training in {sum(runs.values())} test runs and about "
-             f"{evaluating / 60:.0f} min of evaluation (from the sweep's iteration and evaluation times)"]
-    if main and minutes > MAIN_PART_MINUTES:
-        lines.append(f"warning: the main part is expected to take about {minutes:.0f} min, more than the "
-                     f"{MAIN_PART_MINUTES:.0f} min it is sized for on the CPU test bed; fewer --images, "
-                     "--checkpoints, --lrs or --sweep-iterations shorten it (nothing is refused)")
-    return lines
-
-
-def _log_expected(result: ProtocolResult, extra: dict[str, int], part: str, done_s: float,
-                  log: Callable[[str], None]) -> None:
-    """The estimate of each part this command runs (``extra``: the clip treatments' runs per arm)."""
-    seeds = result.budget.seeds
-    main = {a.name: seeds for a in result.arms if a.role == "main"}
-    watched = set(main)
-    if part in ("main", "all"):
-        for line in expected_text(result, main, watched, done_s, main=True):
-            log(line)
-    if part in ("ablations", "all"):
-        rest = {a.name: seeds for a in result.arms if a.role == "ablation"}
-        for name, count in extra.items():
-            rest[name] = rest.get(name, 0) + count
-        for line in expected_text(result, rest, (), done_s if part == "ablations" else 0.0, main=False):
-            log(line)
-
-
-# --------------------------------------------------------------------------- the whole protocol
 def _prepare_arms(arms: Sequence[Arm], base: Sequence[str], config_path: str | None,
                   log: Callable[[str], None], reference: Arm | None = None,
                   ) -> tuple[list[Arm], dict[str, str], dict[str, TrainConfig]]:
@@ -437,54 +132,6 @@ def _plan_treatments(result: ProtocolResult, base: Sequence[str], config_path: s
     return extra
 
 
-def _check_setup(previous: ProtocolResult, budget: Budget, base: Sequence[str],
-                 config_path: str | None) -> None:
-    """A saved protocol continues only under the same budget, bed and config (one line otherwise)."""
-    def plain(budget: Budget) -> Any:  # as protocol.json holds it (tuples as lists)
-        return json.loads(json.dumps(asdict(budget)))
-
-    for what, old, new in (("budget", plain(previous.budget), plain(budget)),
-                           ("test bed overrides", list(previous.base_overrides), list(base)),
-                           ("config", previous.config, config_path)):
-        if old != new:
-            raise ValueError(f"cannot resume: the {what} differs from the saved protocol.json's "
-                             f"({old} there, {new} now); give the same options or a new --out")
-
-
-def _role(name: str) -> str:
-    return next((a.role for a in ALL_ARMS if a.name == name), "main")
-
-
-def _check_arms(previous: ProtocolResult, arms: Sequence[Arm], roles: Collection[str]) -> None:
-    """The saved arms of ``roles`` (run or skipped) are the ones chosen now."""
-    saved = {a.name for a in previous.arms if a.role in roles and a.name != BEST_FIXED_CLIP}  # derived
-    saved |= {name for name in previous.skipped if _role(name) in roles}
-    chosen = {a.name for a in arms if a.role in roles}
-    if "main" in roles and any(a.role == "ablation" for a in arms if a.role in roles):
-        chosen.add(TREE)  # run_protocol adds it for the ablations
-    if saved != chosen:
-        raise ValueError(f"cannot resume: the arms differ from the saved protocol.json's ({sorted(saved)})")
-
-
-def main_part(result: ProtocolResult) -> Part:
-    """How the saved protocol ran its main arms: ``all`` (in one command with the ablations) or ``main``."""
-    return "all" if "all" in result.parts else "main"
-
-
-def check_resumable(previous: ProtocolResult, budget: Budget, base: Sequence[str], config_path: str | None,
-                    arms: Sequence[Arm], part: Part = "all") -> None:
-    """A saved protocol continues only under the same budget, bed, arms and part (one line otherwise)."""
-    if previous.stage == "sweep" and not previous.lrs:
-        raise ValueError("the saved protocol.json has no finished sweep: start again without --resume")
-    _check_setup(previous, budget, base, config_path)
-    if part != main_part(previous):
-        raise ValueError(f"cannot resume: the saved protocol.json ran --part {main_part(previous)}; resume "
-                         "it with that")
-    if "ablations" in previous.parts:
-        raise ValueError("cannot resume the main part: it is finished and the ablation part has started; "
-                         "continue that one with --part ablations --resume")
-    _check_arms(previous, arms, ("main",) if part == "main" else ("main", "ablation"))
-
 
 def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | None = None,
                  arms: Sequence[Arm] = ALL_ARMS, log: Callable[[str], None] = print,
@@ -507,7 +154,7 @@ def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | No
         check_resumable(resume, budget, base, config_path, arms, part)
         stamp_code(resume, part, code)
         log(f"resuming: the sweep's rates and target kept, {len(resume.runs)} test runs done")
-        return _test_runs(resume, out, log, part, began)
+        return run_part(resume, out, log, part, began)
     chosen = [a for a in arms if part == "all" or a.role == "main"]
     if part == "main" and len(chosen) < len(arms):
         log("part main: the sweep and the main arms; the ablation arms and the clip treatments follow with "
@@ -558,8 +205,8 @@ def run_protocol(budget: Budget, base: Sequence[str] = (), config_path: str | No
     log(f"rates {lrs}; target gains {target['gain']:+.4f} (first gain) and {convergence['gain']:+.4f} "
         f"(convergence); equal-seconds budget {seconds:.1f} {clock} s; "
         f"{budget.images} images per run")
-    _log_expected(result, extra, part, time.perf_counter() - began, log)
-    return _test_runs(result, out, log, part, began)
+    log_expected(result, extra, part, time.perf_counter() - began, log)
+    return run_part(result, out, log, part, began)
 
 
 def run_ablations(saved: ProtocolResult, budget: Budget, base: Sequence[str] = (),
@@ -571,7 +218,7 @@ def run_ablations(saved: ProtocolResult, budget: Budget, base: Sequence[str] = (
     like-for-like arms under the clip treatments (each at its own rate), continuing ``saved``, whose
     main part has finished; ``resume``: continue an ablation part already started."""
     began = time.perf_counter()
-    _check_setup(saved, budget, base, config_path)
+    check_setup(saved, budget, base, config_path)
     stamp_code(saved, "ablations", provenance())
     if main_part(saved) == "all":
         raise ValueError("this protocol ran every part in one command (--part all): resume it with --part "
@@ -580,9 +227,9 @@ def run_ablations(saved: ProtocolResult, budget: Budget, base: Sequence[str] = (
         if not resume:
             raise ValueError("the ablation part of this protocol has started: continue it with --resume, or "
                              "give a new --out")
-        _check_arms(saved, arms, ("ablation",))
+        check_arms(saved, arms, ("ablation",))
         log(f"resuming the ablation part: {len(saved.runs)} test runs done")
-        return _test_runs(saved, out, log, "ablations", began)
+        return run_part(saved, out, log, "ablations", began)
     if saved.stage != "done":
         raise ValueError("the main part of this protocol has not finished: resume it first (--resume)")
     if TREE not in saved.lrs:
@@ -608,21 +255,9 @@ def run_ablations(saved: ProtocolResult, budget: Budget, base: Sequence[str] = (
     saved.stage = "runs"
     if out is not None:
         save(saved, out)
-    _log_expected(saved, extra, "ablations", 0.0, log)
-    return _test_runs(saved, out, log, "ablations", began)
+    log_expected(saved, extra, "ablations", 0.0, log)
+    return run_part(saved, out, log, "ablations", began)
 
-
-def stamp_code(result: ProtocolResult, part: str, code: dict[str, Any], fresh: bool = False) -> None:
-    """Record the code version ``part`` runs with, refused (one line) when it differs from the version
-    that made the parts already in ``result``, or when those recorded none: a published protocol comes from
-    one code version. ``fresh``: ``result`` was made by this command."""
-    if not fresh and not result.code:
-        raise ValueError("the saved protocol.json recorded no code version (it was made before 0.3.1): a "
-                         "published protocol comes from one code version, so start again without --resume")
-    check_resume(result.code, code, Path("protocol.json"))
-    if not any(c.get("part") == part and c["code"] == code["code"] and c.get("machine") == code.get("machine")
-               for c in result.code):  # a part resumed on another kind of machine records that one too
-        result.code.append({"part": part, **code})
 
 
 Rows = list[dict[str, Any]]
@@ -697,8 +332,8 @@ def target_for(result: ProtocolResult, arm: Arm, treatment: Treatment) -> float 
     return float(watched) if usable else None
 
 
-def _test_runs(result: ProtocolResult, out: Path | None, log: Callable[[str], None], part: str,
-               began: float) -> ProtocolResult:
+def run_part(result: ProtocolResult, out: Path | None, log: Callable[[str], None], part: str,
+             began: float) -> ProtocolResult:
     """Every run of ``part`` at every seed, skipping those ``result`` holds already. The protocol's
     and the part's wall time grow by this command's (``began``: when it started)."""
     budget, base, config_path = result.budget, result.base_overrides, result.config

@@ -36,6 +36,7 @@ from dynamic_treerpo.trainer.bench.protocol.arms import (
     treatment_problem,
 )
 from dynamic_treerpo.trainer.bench.protocol.claims import all_tests, primary_tests
+from dynamic_treerpo.trainer.bench.protocol.page import HAND_WRITTEN
 from dynamic_treerpo.trainer.bench.protocol.report import summary_rows, write_report
 from dynamic_treerpo.trainer.bench.protocol.results import (
     FORMAT,
@@ -297,14 +298,16 @@ def test_the_protocol_fixes_rates_and_target_from_validation_before_any_test_run
     assert not by[f"time:seconds:{TREE}:every"].descriptive  # resolved per iteration: a verdict like the rest
     assert any(t.family == "secondary" and t.group == "clip treatment none" for t in tests)
 
-    docs = tmp_path / "docs" / "results.md"
+    docs = tmp_path / "docs" / "results-protocol.md"
     docs.parent.mkdir()
-    kept = ("<!-- bench taste t, picks 0.2: begin -->\nthe taste figures\n"
-            "<!-- bench taste t, picks 0.2: end -->")
-    docs.write_text(f"# old page\n\n{kept}\n")
+    taste = ("<!-- bench taste t, picks 0.2: begin -->\nthe taste figures\n"
+             "<!-- bench taste t, picks 0.2: end -->")  # the taste benchmark has its own page now
+    kept = f"{HAND_WRITTEN}\n\n## What the verdicts rest on\n\nprose written by hand"
+    docs.write_text(f"# old page\n\n{taste}\n\n{kept}\n")
     data = write_report(result, tmp_path / "report", docs)
     text = docs.read_text()
-    assert "# old page" not in text and text.rstrip().endswith(kept)  # the taste section is carried over
+    assert "# old page" not in text and "the taste figures" not in text
+    assert text.rstrip().endswith(kept)  # what is written by hand below the marker is kept
     for needle in ("Holm-adjusted within its family", "held-out reward at the image budget",
                    "exact sign-flip (permutation) test", "Holm p, exact", "tested against 0.5x",
                    "its half-width", "intersection-union test (Berger 1982",

@@ -22,6 +22,11 @@ def bench_parser(kinds: argparse._SubParsersAction, name: str, help_text: str, o
     return p
 
 
+SUMMARY_HELP = ("also rewrite the verdict table between the bench protocol claims markers of this short "
+                "results page (e.g. docs/results.md), its links relative to it; a page without them is "
+                "refused")
+
+
 def add_protocol_commands(kinds: argparse._SubParsersAction) -> None:
     """``bench protocol``, ``bench report`` and ``bench sampler``."""
     q = bench_parser(kinds, "protocol", "every recipe as published, like for like, at its best rate, "
@@ -62,17 +67,22 @@ def add_protocol_commands(kinds: argparse._SubParsersAction) -> None:
                    help="the embedded test bed's reward: taste (the scene reward mixed half and half with a "
                         "taste for larger objects; the default) or scene alone; a given config keeps its own")
     q.add_argument("--docs", type=Path, default=None,
-                   help="also write this results page (e.g. docs/results.md) and its plots beside it")
+                   help="also write this results page (e.g. docs/results-protocol.md) and its plots "
+                        "beside it")
+    q.add_argument("--summary", type=Path, default=None, metavar="PAGE", help=SUMMARY_HELP)
     q.add_argument("--resume", action="store_true",
                    help="continue the part saved in --out (its sweep kept, finished runs skipped); "
                         "the same options as the run that saved it")
     q.set_defaults(func=_run_bench_protocol)
     r = kinds.add_parser("report", help="rebuild bench.json, the plots and results.md from protocol.json")
     r.add_argument("--out", type=Path, default=Path("runs/protocol"), help="the protocol's folder")
-    r.add_argument("--docs", type=Path, default=None, help="also write this results page")
+    r.add_argument("--docs", type=Path, default=None,
+                   help="also write this results page (e.g. docs/results-protocol.md; what is below its "
+                        "hand-written marker is kept)")
     r.add_argument("--readme", type=Path, default=None,
                    help="also rewrite the verdict table of this README (between its bench protocol claims "
                         "markers) from the same figures")
+    r.add_argument("--summary", type=Path, default=None, metavar="PAGE", help=SUMMARY_HELP)
     r.set_defaults(func=_run_bench_report)
     bench_parser(kinds, "sampler", "tree sampler overhead and training memory at 16 and 64 leaves",
                   "runs/sampler", False).set_defaults(func=_run_bench_sampler)
@@ -109,10 +119,13 @@ def _commands(saved: str | None, command: str, resumed: bool = False) -> str:
 def _run_bench_protocol(args: argparse.Namespace) -> int:
     from .arms import select_arms
     from .bed import bed_overrides, budget_for
+    from .claims_block import page_with_block
     from .report import format_summary, write_report
     from .results import load, save
     from .run import run_ablations, run_protocol
 
+    if args.summary is not None:  # refused before the hours of training, not after
+        page_with_block(args.summary, "")
     budget = budget_for(args.quick, {flag: getattr(args, flag) for flag in BUDGET_FLAGS})
     arms = select_arms(args.arms)
     base = [*bed_overrides(args.quick, args.config, args.task), *args.overrides]
@@ -135,9 +148,10 @@ def _run_bench_protocol(args: argparse.Namespace) -> int:
         result = run_protocol(budget, base, args.config, arms, out=args.out, resume=previous, part=part,
                               command=command)
     save(result, args.out)  # wall_s: the whole protocol's, a resumed one's included
-    print(format_summary(write_report(result, args.out, args.docs)))
+    print(format_summary(write_report(result, args.out, args.docs, summary=args.summary)))
     print(f"written: {args.out / 'protocol.json'}, {args.out / 'bench.json'}, {args.out / 'results.md'}"
-          + (f", {args.docs}" if args.docs else "") + f" ({result.wall_s / 60:.1f} min)")
+          + "".join(f", {page}" for page in (args.docs, args.summary) if page)
+          + f" ({result.wall_s / 60:.1f} min)")
     return 0
 
 
@@ -146,7 +160,7 @@ def _run_bench_report(args: argparse.Namespace) -> int:
     from .results import load
 
     result = load(args.out)
-    print(format_summary(write_report(result, args.out, args.docs, args.readme)))
+    print(format_summary(write_report(result, args.out, args.docs, args.readme, args.summary)))
     return 0
 
 

@@ -87,6 +87,18 @@ SCOPE = (
 )
 
 
+HAND_WRITTEN = "<!-- written by hand: kept when the page is rebuilt -->"
+"""The line below which a person writes on the protocol's page (what the verdicts rest on): a rebuild
+keeps it and everything after it, so the prose survives a regenerated page."""
+
+
+def with_hand_written(generated: str, old: str | None) -> str:
+    """The page: ``generated``, then ``old`` (the page as it was) from its :data:`HAND_WRITTEN` line on;
+    ``generated`` alone where there was no page or no such line."""
+    kept = old[old.index(HAND_WRITTEN):] if old is not None and HAND_WRITTEN in old else ""
+    return "\n\n".join(p for p in (generated.rstrip("\n"), kept.rstrip("\n")) if p) + "\n"
+
+
 def _header(result: ProtocolResult) -> list[str]:
     """The commands that made the page's protocol.json, with the wall time of each part."""
     commands = result.command.splitlines() or ["treerpo bench protocol"]

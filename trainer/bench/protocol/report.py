@@ -1,4 +1,5 @@
-"""The protocol's figures: ``bench.json``, the two plots, docs/results.md and the console summary.
+"""The protocol's figures: ``bench.json``, the two plots, docs/results-protocol.md, the short verdict
+blocks (README.md's, the short results page's) and the console summary.
 
 Everything here is computed from a :class:`~.results.ProtocolResult` (``protocol.json``) alone,
 so the report can be rebuilt without training again (``treerpo bench report``).
@@ -16,10 +17,9 @@ from typing import Any
 
 from ...utils.atomic import atomic_write_bytes, atomic_write_text
 from ..common.stats import mean_ci95
-from ..taste_page import sections_of
 from .claims import Test, all_tests, capped_times, clock_label, horizon, median_iteration_s
-from .claims_block import readme_claims, with_readme_claims
-from .page import markdown
+from .claims_block import PROTOCOL_PAGE, link_to, page_with_block, readme_claims
+from .page import markdown, with_hand_written
 from .results import FORMAT, ProtocolResult, Run
 from .survival import reached, restricted_mean
 
@@ -168,22 +168,25 @@ def plot(result: ProtocolResult, axis: str, out_png: Path, roles: tuple[str, ...
     atomic_write_bytes(out_png, buf.getvalue())
 
 
-def taste_part(page: str) -> str:
-    """What ``bench taste`` wrote on a results page: from its first marked section to the end, the
-    prose written under its sections included; empty when it has none."""
-    sections = sections_of(page)
-    return page[page.index(sections[0]):] if sections else ""
+def with_claims_block(page: Path, result: ProtocolResult, tests: Sequence[Test], docs: Path | None,
+                      option: str) -> str:
+    """``page``'s text with its verdict block rewritten, linking to the protocol's page (``docs``, else
+    docs/results-protocol.md) relative to ``page``; refused in one line naming ``page`` when it has no
+    markers."""
+    link = link_to(docs if docs is not None else Path(PROTOCOL_PAGE), page)
+    return page_with_block(page, readme_claims(result, tests, link, option))
 
 
-def write_report(result: ProtocolResult, out: Path, docs: Path | None = None,
-                 readme: Path | None = None) -> dict[str, Any]:
+def write_report(result: ProtocolResult, out: Path, docs: Path | None = None, readme: Path | None = None,
+                 summary: Path | None = None) -> dict[str, Any]:
     """``bench.json``, the two plots and ``results.md`` under ``out`` (and ``docs`` with its images in
-    ``images/`` beside it when given, and the verdict table of ``readme`` between its markers);
-    returns what ``bench.json`` holds."""
+    ``images/`` beside it when given; the verdict block between the markers of ``readme`` and of
+    ``summary``, the short results page); returns what ``bench.json`` holds. A page keeps what is
+    written by hand below its marker (:data:`.page.HAND_WRITTEN`)."""
     tests = all_tests(result)
-    readme_text = None  # made first: a README without the table's markers stops the report before any file
-    if readme is not None:
-        readme_text = with_readme_claims(readme.read_text(encoding="utf-8"), readme_claims(result, tests))
+    # made first: a page without the block's markers stops the report before any file is written
+    blocks = [(page, with_claims_block(page, result, tests, docs, option))
+              for page, option in ((readme, "--readme"), (summary, "--summary")) if page is not None]
     data = {"format": FORMAT, "arms": summary_rows(result), "tests": test_rows(tests)}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "bench.json", json.dumps(data, indent=2) + "\n")
@@ -194,11 +197,10 @@ def write_report(result: ProtocolResult, out: Path, docs: Path | None = None,
         folder.mkdir(parents=True, exist_ok=True)
         plot(result, "images", folder / "protocol_reward_vs_images.png")
         plot(result, "seconds", folder / "protocol_reward_vs_seconds.png")
-        text = markdown(result, tests, data["arms"], image_dir)
-        kept = taste_part(page.read_text(encoding="utf-8")) if page.exists() else ""
-        atomic_write_text(page, "\n\n".join(p for p in (text.rstrip("\n"), kept.rstrip("\n")) if p) + "\n")
-    if readme is not None and readme_text is not None:
-        atomic_write_text(readme, readme_text)
+        old = page.read_text(encoding="utf-8") if page.exists() else None
+        atomic_write_text(page, with_hand_written(markdown(result, tests, data["arms"], image_dir), old))
+    for page, text in blocks:
+        atomic_write_text(page, text)
     return data
 
 

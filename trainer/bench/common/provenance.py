@@ -21,9 +21,9 @@ from typing import Any
 PACKAGE = Path(__file__).resolve().parents[2]
 
 PRESENTATION = frozenset({
-    "bench/page.py", "bench/report.py", "bench/results.py", "bench/taste_page.py", "bench/taste_summary.py",
-    "bench/common/stats.py", "bench/claims.py", "bench/common/provenance.py", "bench/taste_ablation.py",
-    "bench/disturbed.py", "bench/taste_readme.py", "guard/figures.py",
+    "bench/page.py", "bench/report.py", "bench/results.py", "bench/taste/page.py", "bench/taste/summary.py",
+    "bench/common/stats.py", "bench/claims.py", "bench/common/provenance.py", "bench/taste/ablation.py",
+    "bench/disturbed.py", "bench/taste/readme.py", "guard/figures.py",
 })
 """Modules (relative to ``trainer/``) that only summarise, test or draw stored figures: changing them
 changes no draw, and a stored run is re-summarised with the current version anyway."""

@@ -54,6 +54,22 @@ def test_a_module_function_is_a_reward_and_mixes() -> None:
     assert {"reward_scene", "reward_function"} <= set(out)
 
 
+def test_the_tastes_old_module_path_still_resolves() -> None:
+    """Saved configs, the docs and the stored docs/data/protocol.json name the tastes by their path before
+    they moved (``bench.tastes``): the function reward's alias resolves it to the same functions."""
+    from dynamic_treerpo.trainer.rewards.function import MOVED_MODULES, load_function
+
+    old = "dynamic_treerpo.trainer.bench.tastes"
+    assert MOVED_MODULES[old] == HIDDEN
+    assert f"{old}:larger_objects" in (ROOT / "docs" / "data" / "protocol.json").read_text(encoding="utf-8")
+    assert load_function(f"{old}:larger_objects") is larger_objects
+    images = torch.stack([_scene(8, (32, 32)), _scene(24, (32, 32))])
+    reward = get_reward("function", f"{old}:central_objects")
+    assert torch.equal(reward(images, ["a", "b"])["reward"], central_objects(images))
+    with pytest.raises(ValueError, match=f"reward function '{old}:nope': {old} has no function 'nope'"):
+        get_reward("function", f"{old}:nope")
+
+
 def test_a_file_function_is_a_reward(tmp_path: Path) -> None:
     file = tmp_path / "taste.py"
     file.write_text("def redness(images, prompts):\n    return images[:, 0].mean(dim=(1, 2))\n")

@@ -9,11 +9,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from dynamic_treerpo.trainer.bench.tastes import TASTES, central_objects, deep_shades, larger_objects
+from dynamic_treerpo.trainer.bench.taste.hidden_tastes import (
+    TASTES,
+    central_objects,
+    deep_shades,
+    larger_objects,
+)
 from dynamic_treerpo.trainer.rewards.mix import RewardMix
 from dynamic_treerpo.trainer.rewards.registry import get_reward
 
 ROOT = Path(__file__).resolve().parents[1]
+HIDDEN = "dynamic_treerpo.trainer.bench.taste.hidden_tastes"  # the benchmarks' tastes, as a spec names them
 
 
 def _scene(size: int, centre: tuple[int, int], value: float = 0.9) -> torch.Tensor:
@@ -39,13 +45,29 @@ def test_tastes_prefer_what_they_say() -> None:
 
 
 def test_a_module_function_is_a_reward_and_mixes() -> None:
-    reward = get_reward("function", "dynamic_treerpo.trainer.bench.tastes:larger_objects")
+    reward = get_reward("function", "dynamic_treerpo.trainer.bench.taste.hidden_tastes:larger_objects")
     images = torch.stack([_scene(8, (32, 32)), _scene(24, (32, 32))])
     assert torch.allclose(reward(images, ["a", "b"])["reward"], larger_objects(images))
     mix = RewardMix("scene:0.5,function:0.5",
-                    {"function": "dynamic_treerpo.trainer.bench.tastes:central_objects"})
+                    {"function": "dynamic_treerpo.trainer.bench.taste.hidden_tastes:central_objects"})
     out = mix(images, ["a red square", "a red square"])
     assert {"reward_scene", "reward_function"} <= set(out)
+
+
+def test_the_tastes_old_module_path_still_resolves() -> None:
+    """Saved configs, the docs and the stored docs/data/protocol.json name the tastes by their path before
+    they moved (``bench.tastes``): the function reward's alias resolves it to the same functions."""
+    from dynamic_treerpo.trainer.rewards.function import MOVED_MODULES, load_function
+
+    old = "dynamic_treerpo.trainer.bench.tastes"
+    assert MOVED_MODULES[old] == HIDDEN
+    assert f"{old}:larger_objects" in (ROOT / "docs" / "data" / "protocol.json").read_text(encoding="utf-8")
+    assert load_function(f"{old}:larger_objects") is larger_objects
+    images = torch.stack([_scene(8, (32, 32)), _scene(24, (32, 32))])
+    reward = get_reward("function", f"{old}:central_objects")
+    assert torch.equal(reward(images, ["a", "b"])["reward"], central_objects(images))
+    with pytest.raises(ValueError, match=f"reward function '{old}:nope': {old} has no function 'nope'"):
+        get_reward("function", f"{old}:nope")
 
 
 def test_a_file_function_is_a_reward(tmp_path: Path) -> None:
@@ -60,7 +82,7 @@ def test_a_file_function_is_a_reward(tmp_path: Path) -> None:
     (None, "MODULE:FUNCTION or FILE.py:FUNCTION"),
     ("no_colon_here", "expected MODULE:FUNCTION"),
     ("missing_module_xyz:f", "cannot import 'missing_module_xyz'"),
-    ("dynamic_treerpo.trainer.bench.tastes:nope", "has no function 'nope'"),
+    ("dynamic_treerpo.trainer.bench.taste.hidden_tastes:nope", "has no function 'nope'"),
     ("/no/such/file.py:f", "reward function file not found"),
 ])
 def test_bad_function_specs_are_one_line(spec: str | None, message: str) -> None:
@@ -86,7 +108,7 @@ def test_training_on_a_function_reward_from_the_command_line(tmp_path: Path) -> 
          "--set", "iterations=1", "--set", "data.prompts_per_iteration=2", "--set", "data.eval_pairs=4",
          "--set", "sampling.eval_steps=2", "--set", "tree.steps=5", "--set", "tree.depth=2",
          "--set", "reward=scene:0.5,function:0.5",
-         "--set", "reward_weights={function: dynamic_treerpo.trainer.bench.tastes:larger_objects}"],
+         "--set", f"reward_weights={{function: {HIDDEN}:larger_objects}}"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "run" / "lora" / "comfyui_lora.safetensors").is_file()

@@ -36,7 +36,7 @@ from dynamic_treerpo.trainer.training.loop import Trainer
 TINY = ["tree.steps=5", "tree.depth=2", "tree.trees_per_prompt=1", "sampling.eval_steps=3", "lora.rank=4",
         "data.prompts_per_iteration=2", "data.eval_pairs=4", "guard.pairs=6", "guard.checkpoints=2"]
 ORACLE = ["reward=function:0.5,scene:0.5",
-          "reward_weights={function: dynamic_treerpo.trainer.bench.tastes:lower_objects}"]
+          "reward_weights={function: dynamic_treerpo.trainer.bench.taste.hidden_tastes:lower_objects}"]
 
 
 def _trail(limit: float = 0.02, *points: tuple[int, float, float, float, float]) -> Trail:

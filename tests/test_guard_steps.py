@@ -1,22 +1,20 @@
-"""scripts/guard_steps.py: the two-phase standard error and its report (the study itself trains: not here)."""
+"""treerpo bench taste-guard-steps (trainer/bench/taste/guard_steps.py): the two-phase standard error and
+its report (the study itself trains: not here)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 from dynamic_treerpo.trainer.bench.common.stats import mean_ci95
+from dynamic_treerpo.trainer.bench.taste import guard_steps
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("guard_steps", REPO / "scripts" / "guard_steps.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return guard_steps
 
 
 def test_cheap_images_help_only_as_far_as_they_correlate_with_the_full_ones() -> None:

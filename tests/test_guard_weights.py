@@ -22,7 +22,7 @@ from dynamic_treerpo.trainer.training.weighted import train_at_weights, tried_we
 
 TINY = ["tree.steps=5", "tree.depth=2", "tree.trees_per_prompt=1", "sampling.eval_steps=3", "lora.rank=4",
         "data.prompts_per_iteration=2", "data.eval_pairs=4", "guard.pairs=6", "guard.checkpoints=2",
-        "reward_weights={function: dynamic_treerpo.trainer.bench.tastes:lower_objects}",
+        "reward_weights={function: dynamic_treerpo.trainer.bench.taste.hidden_tastes:lower_objects}",
         "guard.keep=loosely", "seed=5", "iterations=2", "optim.lr=0.01"]
 
 

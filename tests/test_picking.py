@@ -34,7 +34,7 @@ TREERPO = [sys.executable, "-m", "dynamic_treerpo.trainer"]
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     """Twelve stored trees of 8 leaves of the embedded model, none labelled."""
-    from dynamic_treerpo.trainer.bench.taste import first_plan
+    from dynamic_treerpo.trainer.bench.taste.trees import first_plan
     from dynamic_treerpo.trainer.config.files import load_config
     from dynamic_treerpo.trainer.config.schema import TrainConfig
     from dynamic_treerpo.trainer.embedded.policy import EmbeddedPolicy

@@ -335,7 +335,7 @@ def test_the_linear_head_learns_a_size_taste_from_few_trees() -> None:
 
 
 def test_the_protocol_page_keeps_the_taste_section(tmp_path: Path) -> None:
-    from dynamic_treerpo.trainer.bench.taste_page import marks, put_section, sections_of
+    from dynamic_treerpo.trainer.bench.taste.page import marks, put_section, sections_of
 
     page = tmp_path / "results.md"
     (a, b), (c, d) = marks("t, picks 0.25"), marks("t, picks 0.15")
@@ -424,7 +424,7 @@ def test_online_mode_refuses_trees_another_model_drew(labelled_folder, tmp_path:
 
 def _fake_seed(seed: int, frontier_gain: float):
     """A stored seed as ``run_seed`` leaves it: its frontier and the method at 3 trees."""
-    from dynamic_treerpo.trainer.bench.taste import SeedResult
+    from dynamic_treerpo.trainer.bench.taste.budget import SeedResult
 
     base = {"iteration": 0, "strength": 1.0, "taste": 0.5, "guard": 0.45, "guard_se": 0.0,
             "test_taste": 0.5, "test_scene": 0.45}
@@ -443,9 +443,11 @@ def test_a_resumed_taste_run_redoes_only_the_frontier_when_only_its_strengths_ch
         tmp_path: Path, monkeypatch) -> None:
     """A ``taste.json`` made before the frontier tried lower strengths (``frontier_strengths`` 0, or absent)
     keeps its method runs and gets its frontier redone; a new seed runs whole; any other change is refused."""
-    from dynamic_treerpo.trainer.bench import taste as bench
+    from dynamic_treerpo.trainer.bench.taste import frontier as oracle
+    from dynamic_treerpo.trainer.bench.taste import run as bench
+    from dynamic_treerpo.trainer.bench.taste.budget import QUICK
 
-    budget = replace(bench.QUICK, seeds=1, trees=3, at=(), frontier_weights=(0.3,), frontier_steer=False,
+    budget = replace(QUICK, seeds=1, trees=3, at=(), frontier_weights=(0.3,), frontier_steer=False,
                      rounds=1)
     ran: list[int] = []
     monkeypatch.setattr(bench, "run_seed", lambda b, seed, *a, **k: ran.append(seed) or _fake_seed(seed, 0.0))
@@ -462,7 +464,7 @@ def test_a_resumed_taste_run_redoes_only_the_frontier_when_only_its_strengths_ch
         redone.append((seed, b.frontier_strengths))
         return {**_fake_seed(seed, 0.2).frontier["0.3"], "strength": 0.5}
 
-    monkeypatch.setattr(bench, "frontier_run", frontier)
+    monkeypatch.setattr(oracle, "frontier_run", frontier)
     summary = bench.run_taste(replace(budget, seeds=2), "larger_objects", out, log=_quiet_log, resume=True)
     assert ran == [0, 1] and redone == [(0, 4)]  # seed 0: frontier only, with strengths; seed 1: whole
     assert summary["complete"] and summary["budget"]["frontier_strengths"] == 4
@@ -482,8 +484,8 @@ def test_the_taste_summary_counts_runs_past_the_limit_and_reads_the_second_round
     """The risk count (runs whose test fall went past the limit), the steered frontier arm among the
     weights, and a two-round run's figures: the first reward's accuracy on the trained model's trees beside
     its accuracy on more of the base model's."""
-    from dynamic_treerpo.trainer.bench.taste import QUICK
-    from dynamic_treerpo.trainer.bench.taste_summary import format_summary, summarise
+    from dynamic_treerpo.trainer.bench.taste.budget import QUICK
+    from dynamic_treerpo.trainer.bench.taste.summary import format_summary, summarise
 
     seeds = [_fake_seed(s, 0.2) for s in range(3)]
     seeds[1].reward[3]["scene"] = 0.45 - 0.03  # past the limit of 0.02
@@ -509,10 +511,11 @@ def test_a_taste_run_records_its_code_and_refuses_to_resume_across_a_code_change
         tmp_path: Path, monkeypatch) -> None:
     """Every seed records the code version that ran it; a resume under other code (a changed file of the
     code that trains or samples) is refused in one line, and the stored seeds are left as they were."""
-    from dynamic_treerpo.trainer.bench import taste as bench
     from dynamic_treerpo.trainer.bench.common import provenance
+    from dynamic_treerpo.trainer.bench.taste import run as bench
+    from dynamic_treerpo.trainer.bench.taste.budget import QUICK
 
-    budget = replace(bench.QUICK, seeds=1, trees=3, at=(), frontier_weights=(0.3,), frontier_steer=False,
+    budget = replace(QUICK, seeds=1, trees=3, at=(), frontier_weights=(0.3,), frontier_steer=False,
                      rounds=1)
     monkeypatch.setattr(bench, "run_seed", lambda b, seed, *a, **k: _fake_seed(seed, 0.1))
     out = tmp_path / "larger_objects"
@@ -535,9 +538,10 @@ def test_an_ablation_takes_the_frontier_of_a_run_of_the_same_code_and_budget(
         tmp_path: Path, monkeypatch) -> None:
     """``--frontier-from``: each seed gets the stored frontier of that seed (not trained again) when the
     source ran the same code, frontier budget and frontier-read options; otherwise one-line refusals."""
-    from dynamic_treerpo.trainer.bench import taste as bench
+    from dynamic_treerpo.trainer.bench.taste import run as bench
+    from dynamic_treerpo.trainer.bench.taste.budget import QUICK
 
-    budget = replace(bench.QUICK, seeds=2, trees=3, at=(), frontier_weights=(0.3,), frontier_steer=False,
+    budget = replace(QUICK, seeds=2, trees=3, at=(), frontier_weights=(0.3,), frontier_steer=False,
                      rounds=1)
     given: dict[int, object] = {}
 
@@ -593,12 +597,14 @@ def test_a_taste_run_stopped_inside_a_seed_resumes_there_to_the_same_figures(
         tmp_path: Path, monkeypatch) -> None:
     """Each finished frontier arm and tree count is kept until its seed is whole: a run stopped inside a
     seed resumes without training those again, and ends with the figures of a run never stopped."""
-    from dynamic_treerpo.trainer.bench import taste as bench
+    from dynamic_treerpo.trainer.bench.taste import frontier as oracle
+    from dynamic_treerpo.trainer.bench.taste import run as bench
+    from dynamic_treerpo.trainer.bench.taste.budget import QUICK, QUICK_OVERRIDES
 
-    budget = replace(bench.QUICK, seeds=1, frontier_steer=False, rounds=1, frontier_weights=(0.3,))
-    extra = list(bench.QUICK_OVERRIDES)
+    budget = replace(QUICK, seeds=1, frontier_steer=False, rounds=1, frontier_weights=(0.3,))
+    extra = list(QUICK_OVERRIDES)
     whole = bench.run_taste(budget, "larger_objects", tmp_path / "whole", extra, log=_quiet_log)
-    one_round = bench._one_round
+    one_round = bench.one_round
     calls = {"frontier": 0, "method": 0}
 
     def stopping(b, seed, store, ids, *args, **kwargs):
@@ -607,12 +613,12 @@ def test_a_taste_run_stopped_inside_a_seed_resumes_there_to_the_same_figures(
         return one_round(b, seed, store, ids, *args, **kwargs)
 
     out = tmp_path / "stopped"
-    monkeypatch.setattr(bench, "_one_round", stopping)
+    monkeypatch.setattr(bench, "one_round", stopping)
     with pytest.raises(KeyboardInterrupt):
         bench.run_taste(budget, "larger_objects", out, extra, log=_quiet_log)
     assert sorted(p.name for p in (out / ".seed0.pieces").iterdir()) == [
         "code.json", "frontier_0.3.json", "frontier_0.3.pt", "trees_3.json"]  # the grid's frontier row too
-    frontier_run = bench.frontier_run
+    frontier_run = oracle.frontier_run
 
     def counting_frontier(*args, **kwargs):
         calls["frontier"] += 1
@@ -622,8 +628,8 @@ def test_a_taste_run_stopped_inside_a_seed_resumes_there_to_the_same_figures(
         calls["method"] += 1
         return one_round(*args, **kwargs)
 
-    monkeypatch.setattr(bench, "frontier_run", counting_frontier)
-    monkeypatch.setattr(bench, "_one_round", counting_method)
+    monkeypatch.setattr(oracle, "frontier_run", counting_frontier)
+    monkeypatch.setattr(bench, "one_round", counting_method)
     resumed = bench.run_taste(budget, "larger_objects", out, extra, log=_quiet_log, resume=True)
     assert calls == {"frontier": 0, "method": 1}  # only the tree count that had not finished
     assert not (out / ".seed0.pieces").exists() and not list(out.glob("tmp*"))

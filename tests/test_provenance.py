@@ -12,17 +12,17 @@ from dynamic_treerpo.trainer.bench.common import provenance
 
 def _package(tmp_path: Path) -> Path:
     package = tmp_path / "trainer"
-    (package / "bench").mkdir(parents=True)
+    (package / "bench" / "taste").mkdir(parents=True)
     (package / "core").mkdir()
     (package / "core" / "flow.py").write_text("SIGMA = 1.0\n")
-    (package / "bench" / "taste_page.py").write_text("TITLE = 'a'\n")
+    (package / "bench" / "taste" / "page.py").write_text("TITLE = 'a'\n")
     return package
 
 
 def test_the_fingerprint_changes_with_the_code_that_draws_but_not_with_the_pages(tmp_path: Path) -> None:
     package = _package(tmp_path)
     first = provenance.code_fingerprint(package)
-    (package / "bench" / "taste_page.py").write_text("TITLE = 'b'\n")  # presentation only
+    (package / "bench" / "taste" / "page.py").write_text("TITLE = 'b'\n")  # presentation only
     (package / "core" / "__pycache__").mkdir()
     (package / "core" / "__pycache__" / "flow.cpython-312.pyc").write_bytes(b"\0")
     assert provenance.code_fingerprint(package) == first
@@ -50,7 +50,7 @@ def test_this_checkout_records_a_commit_and_whether_it_is_dirty() -> None:
 
 
 def test_the_record_names_the_machine_and_the_pages_say_when_parts_ran_on_several() -> None:
-    from dynamic_treerpo.trainer.bench.taste_page import code_line
+    from dynamic_treerpo.trainer.bench.taste.page import code_line
 
     made = provenance.provenance()
     assert set(made["machine"]) == {"cpu", "cpu_capability", "torch", "gpu"}

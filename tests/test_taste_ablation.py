@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from dynamic_treerpo.trainer.bench import taste_ablation as ab
-from dynamic_treerpo.trainer.bench.taste import QUICK, SeedResult
-from dynamic_treerpo.trainer.bench.taste_page import markdown
-from dynamic_treerpo.trainer.bench.taste_summary import summarise
+from dynamic_treerpo.trainer.bench.taste import ablation as ab
+from dynamic_treerpo.trainer.bench.taste.budget import QUICK, SeedResult
+from dynamic_treerpo.trainer.bench.taste.page import markdown
+from dynamic_treerpo.trainer.bench.taste.summary import summarise
 
 BUDGET = replace(QUICK, seeds=3, trees=50, at=(), frontier_weights=(0.3, 0.5), frontier_steer=False, rounds=1,
                  picks_weights=())  # the method at one fixed weight (picks_weight), as 0.4.0's table
@@ -97,7 +97,7 @@ def test_the_page_gives_the_pooled_share_the_risk_count_the_decomposition_and_th
 
 
 def test_the_readme_block_gives_each_taste_the_pooled_share_the_risk_and_each_arm() -> None:
-    from dynamic_treerpo.trainer.bench.taste_readme import BEGIN, END, readme_block, with_readme_block
+    from dynamic_treerpo.trainer.bench.taste.readme import BEGIN, END, readme_block, with_readme_block
 
     main = [_summary("lower_objects", [0.1, 0.1, 0.1], [-0.01, -0.03, -0.01]),
             _summary("warm_shades", [0.2, 0.2, 0.2], [-0.01, -0.01, -0.01])]

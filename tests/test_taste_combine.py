@@ -1,5 +1,5 @@
 """The default that chooses the picks weight, assembled from stored fixed-weight runs
-(trainer/bench/taste_combine.py, scripts/taste_weight_choice.py): each seed keeps the run whose chosen
+(trainer/bench/taste/combine.py, treerpo bench taste-assemble): each seed keeps the run whose chosen
 point gained more personal reward on validation pairs, as the guard does; runs of other code, budgets or
 frontiers are refused."""
 
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from dynamic_treerpo.trainer.bench import taste_ablation as ab
-from dynamic_treerpo.trainer.bench.taste import reload
-from dynamic_treerpo.trainer.bench.taste_combine import combine_weights, kept_weight
-from dynamic_treerpo.trainer.bench.taste_summary import summarise
+from dynamic_treerpo.trainer.bench.taste import ablation as ab
+from dynamic_treerpo.trainer.bench.taste.combine import combine_weights, kept_weight
+from dynamic_treerpo.trainer.bench.taste.storage import reload
+from dynamic_treerpo.trainer.bench.taste.summary import summarise
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data" / "taste"
@@ -90,16 +90,17 @@ def test_runs_that_cannot_be_combined_are_refused_in_one_line(runs: list[dict]) 
 def test_the_script_writes_a_table_the_report_reads(tmp_path: Path) -> None:
     out, arm = tmp_path / "default", tmp_path / "arm"
     shutil.copytree(DATA / "taste_weight_0.5" / TASTE, arm / TASTE)  # one taste of the arm only
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "taste_weight_choice.py"), "--runs",
-                           str(DATA / "taste_table"), "--runs", str(arm), "--tastes", f"{TASTE},warm_shades",
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "dynamic_treerpo.trainer", "bench", "taste-assemble",
+                           "--runs", str(DATA / "taste_table"), "--runs", str(arm), "--tastes",
+                           f"{TASTE},warm_shades", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"{TASTE}: 5 seeds at 50 trees; kept 0.3" in done.stdout
     assert f"warm_shades: left out, not in {arm}" in done.stdout and not (out / "warm_shades").exists()
     summary = reload(out / TASTE)
     assert list(summary["budget"]["picks_weights"]) == [0.3, 0.5] and list(summary["by_trees"]) == ["50"]
     assert summary["combined_from"] == [str(DATA / "taste_table"), str(arm)]
-    assert summary["command"].startswith("python scripts/taste_weight_choice.py --runs")
+    assert summary["command"].startswith("treerpo bench taste-assemble --runs")
     # the first seed kept 0.3 at 50 trees, so the table's grid shows the default's run and is copied
     grid = DATA / "taste_table" / TASTE / "before_after.png"
     assert (out / TASTE / "before_after.png").read_bytes() == grid.read_bytes()
@@ -107,11 +108,11 @@ def test_the_script_writes_a_table_the_report_reads(tmp_path: Path) -> None:
 
 def test_the_assembled_default_on_the_results_page_is_what_the_stored_runs_give(tmp_path: Path) -> None:
     """docs/data/taste/taste_default is what assembling the published table and weight arm gives now, and
-    the block of docs/results.md and the README's taste block are what the script renders from it (no
+    the block of docs/results-taste.md and the README's taste block are what the script renders from it (no
     figure typed by hand)."""
     from dynamic_treerpo.trainer.bench.common.marked import replace_marked
-    from dynamic_treerpo.trainer.bench.taste_page import ASSEMBLED, assembled_block
-    from dynamic_treerpo.trainer.bench.taste_readme import assembled_readme_block, with_readme_block
+    from dynamic_treerpo.trainer.bench.taste.page import ASSEMBLED, assembled_block
+    from dynamic_treerpo.trainer.bench.taste.readme import assembled_readme_block, with_readme_block
 
     stored = sorted((DATA / "taste_default").glob("*/taste.json"))
     assert stored, "the assembled default is published"
@@ -125,12 +126,47 @@ def test_the_assembled_default_on_the_results_page_is_what_the_stored_runs_give(
         budget, results = combine_weights(runs)
         fresh = summarise(results, budget, summary["taste"])
         assert fresh["by_trees"] == summary["by_trees"], f"{summary['taste']}: stale, assemble it again"
-    page = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "results-taste.md").read_text(encoding="utf-8")
     block = assembled_block(summaries, summaries[0]["command"])
     assert replace_marked(page, *ASSEMBLED, block, "assembled default block") == page, \
-        "docs/results.md's assembled default is stale: run the command it names"
+        "docs/results-taste.md's assembled default is stale: run the command it names"
     assert " --readme README.md" in summaries[0]["command"], "the same command writes the README's block"
     fixed = [reload(ROOT / summaries[0]["combined_from"][0] / s["taste"]) for s in summaries]
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert with_readme_block(readme, assembled_readme_block(summaries, fixed)) == readme, \
-        "the README's taste block is stale: run the command docs/results.md's assembled default names"
+        "the README's taste block is stale: run the command docs/results-taste.md's assembled default names"
+
+
+def test_the_summary_block_goes_on_another_page_with_links_relative_to_it(tmp_path: Path, monkeypatch,
+                                                                           capsys) -> None:
+    """``--summary PAGE`` writes the README's taste block between PAGE's markers, its link relative to PAGE
+    (the short results page in docs/ links to results-taste.md beside it); a page without the markers is
+    refused in one line before anything is written."""
+    from dynamic_treerpo.trainer import cli
+    from dynamic_treerpo.trainer.bench.taste.readme import BEGIN, END
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "results.md"
+    page.write_text(f"# Results\n\nbefore\n\n{BEGIN}\nold\n{END}\n\nafter\n", encoding="utf-8")
+    runs = [str(DATA / name) for name in ("taste_table", "taste_weight_0.5", "taste_weight_0.5_at25",
+                                          "taste_weight_0.5_at100")]
+    assemble = ["bench", "taste-assemble", *(x for run in runs for x in ("--runs", run))]
+    assert cli.main([*assemble, "--out", str(tmp_path / "default"), "--summary", "docs/results.md"]) == 0
+    text = page.read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    published = readme[readme.index(BEGIN):readme.index(END) + len(END)]
+    assert text == ("# Results\n\nbefore\n\n" + published.replace("docs/results-taste.md", "results-taste.md")
+                    + "\n\nafter\n")
+    assert "[results-taste.md](results-taste.md#learning-from-picks-the-default-the-guard-chooses" in text
+    # the table's own block (bench taste --report) links to its section of the same page
+    table = ["bench", "taste", "--report", "--out", str(DATA / "taste_table"), "--summary", "docs/results.md"]
+    assert cli.main(table) == 0
+    assert "(results-taste.md#every-taste-learning-from-picks-under-the-guard)" in page.read_text("utf-8")
+    bare = tmp_path / "docs" / "bare.md"
+    bare.write_text("# no markers\n", encoding="utf-8")
+    capsys.readouterr()
+    assert cli.main([*assemble, "--out", str(tmp_path / "again"), "--summary", "docs/bare.md"]) == 2
+    error = capsys.readouterr().err
+    assert "--summary docs/bare.md" in error and "no taste block" in error and error.count("\n") == 1
+    assert bare.read_text(encoding="utf-8") == "# no markers\n" and not (tmp_path / "again").exists()

@@ -1,20 +1,25 @@
-"""scripts/taste_levers.py's table: each arm's taste gain against the oracle frontier and, paired per seed,
+"""treerpo bench taste-levers' table: each arm's taste gain against the oracle frontier and, paired per seed,
 against the default, with the runs whose prompt-following fell past the limit."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from dynamic_treerpo.trainer import cli
+from dynamic_treerpo.trainer.bench.taste import levers as levers_module
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("taste_levers", REPO / "scripts" / "taste_levers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The levers' study and its command line (``levers.main``: ``treerpo bench taste-levers``)."""
+
+    class Levers:
+        TWO_ROUNDS = levers_module.TWO_ROUNDS
+
+        @staticmethod
+        def main(argv: list[str]) -> int:
+            return cli.main(["bench", "taste-levers", *argv])
+
+    return Levers
 
 
 def _run(default: float, first: float, frontier: float, fall: float) -> dict:

@@ -1,4 +1,4 @@
-"""scripts/taste_weight_arm.py: the default method at another picks weight on a bench taste run's frontier,
+"""treerpo bench taste-weight: the default method at another picks weight on a bench taste run's frontier,
 with that run's budget, options and code, so the arm pairs with it seed by seed."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def test_the_weight_arm_trains_the_method_at_its_weight_on_the_runs_frontier(tmp
     made = subprocess.run([*TREERPO, "bench", "taste", "--quick", "--tastes", "lower_objects", "--seeds", "1",
                            "--out", str(table)], capture_output=True, text=True, timeout=900)
     assert made.returncode == 0, made.stderr[-2000:]
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "taste_weight_arm.py"), "--tastes",
+    out = subprocess.run([*TREERPO, "bench", "taste-weight", "--tastes",
                           "lower_objects", "--seeds", "1", "--trees", "3", "--weight", "0.5",
                           "--frontier-from", str(table), "--out", str(arm)],
                          capture_output=True, text=True, timeout=900)

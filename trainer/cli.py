@@ -128,7 +128,7 @@ def _run_score(args: argparse.Namespace) -> int:
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     from .bench.protocol.commands import add_protocol_commands
-    from .bench.taste_commands import add_taste_commands
+    from .bench.taste.commands import add_taste_commands
 
     p = sub.add_parser("bench", help="benchmarks: the recipes side by side on the embedded default")
     kinds = p.add_subparsers(dest="bench", required=True)

@@ -7,6 +7,10 @@ prompts, and returns one score per image (a tensor, array or list of B numbers),
 Why: tastes, house styles and checks that no reward model knows are a few lines of Python; a user (or
 ``treerpo bench taste``'s simulated person, or the protocol's taste task) plugs them in without
 touching the pack. Wrong output (not B finite numbers) is a one-line error naming the function.
+
+A module of the pack that moved keeps its old path working through ``MOVED_MODULES`` (a plain map of
+names, so this layer imports nothing of the benchmarks): saved configs and stored benchmark runs name
+``dynamic_treerpo.trainer.bench.tastes:NAME``, the benchmark's tastes before they moved.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ import torch
 from torch import Tensor
 
 HELP = "MODULE:FUNCTION or FILE.py:FUNCTION, a function (images [B, 3, H, W] in [0, 1], prompts) -> B scores"
+MOVED_MODULES = {
+    "dynamic_treerpo.trainer.bench.tastes": "dynamic_treerpo.trainer.bench.taste.hidden_tastes",
+}
+"""Old module path -> where it lives now, for specs written before a move (saved configs, stored runs)."""
 
 
 def load_function(spec: str) -> Callable[..., Any]:
@@ -40,7 +48,7 @@ def load_function(spec: str) -> Callable[..., Any]:
         module_spec.loader.exec_module(module)
     else:
         try:
-            module = importlib.import_module(where)
+            module = importlib.import_module(MOVED_MODULES.get(where, where))
         except ImportError as err:
             raise ImportError(f"reward function {spec!r}: cannot import {where!r} ({err})") from None
     fn = getattr(module, name, None)

@@ -25,7 +25,7 @@ PRESENTATION = frozenset({
     "bench/protocol/page_claims.py", "bench/protocol/page_cells.py", "bench/protocol/claims_block.py",
     "bench/protocol/report.py", "bench/protocol/results.py", "bench/protocol/claims.py",
     "bench/protocol/disturbed.py",
-    "bench/taste_page.py", "bench/taste_summary.py", "bench/taste_ablation.py", "bench/taste_readme.py",
+    "bench/taste/page.py", "bench/taste/summary.py", "bench/taste/ablation.py", "bench/taste/readme.py",
     "bench/common/stats.py", "bench/common/provenance.py", "guard/figures.py",
 })
 """Modules (relative to ``trainer/``) that only summarise, test or draw stored figures: changing them

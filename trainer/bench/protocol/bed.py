@@ -33,7 +33,7 @@ TASKS = {
     # it learns faster than the scene reward alone, which at a CPU's budget is what lets the recipes be
     # told apart (the gains each bed reaches: docs/results-protocol.md, docs/algorithm.md)
     "taste": ("reward=scene:0.5,function:0.5",
-              "reward_weights={function: dynamic_treerpo.trainer.bench.tastes:larger_objects}"),
+              "reward_weights={function: dynamic_treerpo.trainer.bench.taste.hidden_tastes:larger_objects}"),
 }
 """The embedded test bed's reward: the scene reward alone, or the taste task (the default)."""
 

@@ -3,8 +3,8 @@
 Shown a tree's leaves, the person likes the ``likes`` leaves their taste scores highest and dislikes
 the ``dislikes`` lowest, and each of those marks is, with probability ``mistakes``, put on a random
 other leaf instead (a slip, or a different mood). Ties are broken at random. The taste is any function
-``(images [B, 3, H, W] in [0, 1], prompts) -> [B] scores`` (``trainer/bench/tastes.py``, or a user's):
-no shipped reward measures it, so the pack learns it only through the picks.
+``(images [B, 3, H, W] in [0, 1], prompts) -> [B] scores`` (``hidden_tastes.py`` beside this module, or a
+user's): no shipped reward measures it, so the pack learns it only through the picks.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ Taste = Callable[[Tensor, Sequence[str]], Tensor]
 
 
 def load_taste(spec: str) -> tuple[str, Taste]:
-    """``(name, function)`` of a taste: a name of ``tastes.TASTES``, or ``MODULE:FUNCTION`` /
+    """``(name, function)`` of a taste: a name of ``hidden_tastes.TASTES``, or ``MODULE:FUNCTION`` /
     ``FILE.py:FUNCTION`` (the ``function`` reward's loader)."""
-    from ..rewards.function import load_function
-    from .tastes import TASTES
+    from ...rewards.function import load_function
+    from .hidden_tastes import TASTES
 
     if spec in TASTES:
         return spec, TASTES[spec]

@@ -37,17 +37,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..config.files import load_config
-from ..config.schema import TrainConfig
-from ..preferences.active import next_order
-from ..preferences.linear_reward import Basis, fit_basis, fit_linear, linear_accuracy
-from ..preferences.pairs import Pair, tree_pairs
-from ..preferences.progress import STOP_FROM, advise, learning_curve
-from ..preferences.records import Picks
-from ..preferences.store import PickStore
-from ..rewards.personal import FitConfig, fit_head, pair_accuracy, pooled_features
-from ..utils.atomic import atomic_write_text
-from .common.stats import mean_ci95
+from ...config.files import load_config
+from ...config.schema import TrainConfig
+from ...preferences.active import next_order
+from ...preferences.linear_reward import Basis, fit_basis, fit_linear, linear_accuracy
+from ...preferences.pairs import Pair, tree_pairs
+from ...preferences.progress import STOP_FROM, advise, learning_curve
+from ...preferences.records import Picks
+from ...preferences.store import PickStore
+from ...rewards.personal import FitConfig, fit_head, pair_accuracy, pooled_features
+from ...utils.atomic import atomic_write_text
+from ..common.stats import mean_ci95
 from .person import SimulatedPerson, load_taste
 
 ORDERS = ("oldest", "active")
@@ -107,16 +107,16 @@ class Run:
 
 def grow_pool(count: int, folder: Path, extra: Sequence[str], log: Callable[[str], None]) -> Pool:
     """``count`` trees of the base embedded model (its default tree: 8 leaves) stored in ``folder``."""
-    from ..embedded.policy import EmbeddedPolicy
-    from ..training.from_picks import model_id, store_trees
-    from .taste import _prompts, _seeds, first_plan
+    from ...embedded.policy import EmbeddedPolicy
+    from ...training.from_picks import model_id, store_trees
+    from .trees import first_plan, tree_prompts, tree_seeds
 
     config = load_config(TrainConfig, None, list(extra))
     policy = EmbeddedPolicy.from_pretrained()
     store = PickStore(folder, create=True)
     started = time.perf_counter()
-    ids = store_trees(policy, store, _prompts(config, 0, count), _seeds(0, count), first_plan(config, policy),
-                      model_id(policy, "embedded"), max_batch=config.max_batch)
+    ids = store_trees(policy, store, tree_prompts(config, 0, count), tree_seeds(0, count),
+                      first_plan(config, policy), model_id(policy, "embedded"), max_batch=config.max_batch)
     log(f"grew {count} trees of {store.meta(ids[0]).leaves} leaves in {time.perf_counter() - started:.0f} s")
     images = {t: store.load_images(t) for t in ids}  # the stored PNGs: what the person sees
     with torch.no_grad():

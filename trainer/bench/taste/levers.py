@@ -1,39 +1,37 @@
-"""What each lever of learning a taste from picks gives, on the same seeds and the same picks: the first
-version's guard (128 validation pairs, strengths guessed on a straight line), the default (512 pairs,
-strengths by bisection), the default with the guard steering the picks weight, and the default at a
-higher fixed weight, each against the oracle frontier of ``treerpo bench taste`` (the best of the fixed
-weights and the steered oracle). Every figure is on held-out test pairs, per seed, and the comparison is
-printed as means with 95% t intervals, paired per seed against the default.
+"""``treerpo bench taste-levers``: what each lever of learning a taste from picks gives, on the same seeds
+and the same picks: the first version's guard (128 validation pairs, strengths guessed on a straight
+line), the default (512 pairs, strengths by bisection), the default with the guard steering the picks
+weight, and the default at a higher fixed weight, each against the oracle frontier of ``treerpo bench
+taste`` (the best of the fixed weights and the steered oracle). Every figure is on held-out test pairs,
+per seed, and the comparison is printed as means with 95% t intervals, paired per seed against the
+default.
 
-    python scripts/taste_levers.py --tastes lower_objects,warm_shades,larger_objects --seeds 2 \
+    treerpo bench taste-levers --tastes lower_objects,warm_shades,larger_objects --seeds 2 \
         --trees 50 --out runs/levers
 
-``--out/<taste>_<seed>.json`` is written after every arm, so a stopped run resumes where it stopped.
+``--out/<taste>_<seed>.json`` is written after every arm, so a stopped run resumes where it stopped;
+``--report`` prints the table from those files without training. Why it stays beside the table: 0.3.0's
+comparison of the levers was made with it, and docs/picks.md reads its stored runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dynamic_treerpo.trainer.bench.common.stats import mean_ci95
-from dynamic_treerpo.trainer.bench.person import SimulatedPerson, load_taste
-from dynamic_treerpo.trainer.bench.taste import (
-    SeedResult,
-    TasteBudget,
-    _config,
-    _one_round,
-    frontier_runs,
-    measure,
-    person_trees,
-    two_rounds,
-)
-from dynamic_treerpo.trainer.rewards.registry import get_reward
-from dynamic_treerpo.trainer.training.loop import Trainer
+from ...rewards.registry import get_reward
+from ...training.loop import Trainer
+from ..common.stats import mean_ci95
+from .budget import SeedResult, TasteBudget, bench_config
+from .frontier import frontier_runs
+from .measure import measure
+from .person import SimulatedPerson, load_taste
+from .run import one_round, two_rounds
+from .trees import person_trees
 
 FIRST_VERSION = ["guard.pairs=128", "guard.search=line", "guard.strength_tries=2"]
 ARMS: dict[str, tuple[list[str], float | None]] = {
@@ -51,8 +49,8 @@ PERSON_PAIRS = 128
 """The validation pairs whose prompts the person's trees avoid (the stored runs' budget)."""
 
 
-def run(taste: str, seed: int, budget: TasteBudget, path: Path, log: Any = print,
-        wanted: list[str] | None = None) -> dict[str, Any]:
+def levers_seed(taste: str, seed: int, budget: TasteBudget, path: Path, log: Callable[[str], None] = print,
+                wanted: Sequence[str] | None = None) -> dict[str, Any]:
     """One taste and seed: the frontier, the person's trees, then every arm (of ``wanted``) on the same
     trees."""
     data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
@@ -63,7 +61,7 @@ def run(taste: str, seed: int, budget: TasteBudget, path: Path, log: Any = print
     name, hidden = load_taste(taste)
     scene = get_reward("scene")
     if "before" not in data:
-        data["before"] = measure(Trainer(_config(budget, seed, "scene", {}, [])), hidden, scene)
+        data["before"] = measure(Trainer(bench_config(budget, seed, "scene", {}, [])), hidden, scene)
         save()
     before = data["before"]
     if "frontier" not in data:
@@ -85,8 +83,8 @@ def run(taste: str, seed: int, budget: TasteBudget, path: Path, log: Any = print
         if arm == TWO_ROUNDS:
             out = two_rounds(arm_budget, seed, store, ids, budget.trees, hidden, scene, extra, person, before)
         else:
-            out, _ = _one_round(arm_budget, seed, store, ids[: budget.trees], hidden, scene, extra,
-                                before=before)
+            out, _ = one_round(arm_budget, seed, store, ids[: budget.trees], hidden, scene, extra,
+                               before=before)
         data.setdefault("arms", {})[arm] = {
             "taste_gain": out["taste"] - before["taste"], "scene_change": out["scene"] - before["scene"],
             "limit": out["limit"], "chosen": out["chosen"], "picks_weights": out["picks_weights"],
@@ -162,35 +160,32 @@ def _ci(values: list[float], digits: int = 3, percent: bool = False) -> str:
     return f"{num(e.mean)} ({num(e.mean - e.ci95)} to {num(e.mean + e.ci95)})"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tastes", default="lower_objects,warm_shades,larger_objects")
-    parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--trees", type=int, default=50)
-    parser.add_argument("--out", type=Path, default=Path("runs/levers"))
-    parser.add_argument("--report", action="store_true", help="run nothing: print the table of --out")
-    parser.add_argument("--arms", default=None, metavar="NAME;NAME",
-                        help="run only these arms (names as in the table, ';'-separated); the others are "
-                             "read from --out where there")
-    args = parser.parse_args(argv)
-    budget = replace(TasteBudget(), trees=args.trees, at=(args.trees,), seeds=args.seeds)
-    unknown = [a for a in (args.arms or "").split(";") if a and a not in ARMS]
+def levers_budget(trees: int, seeds: int) -> TasteBudget:
+    """The published budget at one tree count and ``seeds`` seeds (what the stored lever runs used)."""
+    return replace(TasteBudget(), trees=trees, at=(trees,), seeds=seeds)
+
+
+def check_arms(names: Sequence[str]) -> None:
+    """Refuse in one line an arm that is not one of ``ARMS``."""
+    unknown = [a for a in names if a and a not in ARMS]
     if unknown:
-        parser.error(f"no arm {unknown[0]!r}; the arms are: {'; '.join(ARMS)}")
-    args.out.mkdir(parents=True, exist_ok=True)
+        raise ValueError(f"no arm {unknown[0]!r}; the arms are: {'; '.join(ARMS)}")
+
+
+def run_levers(tastes: Sequence[str], seeds: int, trees: int, out: Path, report: bool,
+               wanted: Sequence[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Per taste, the runs of every seed in ``out`` (``report``: only those already there; otherwise the
+    arms of ``wanted``, or every arm, run where missing)."""
+    budget = levers_budget(trees, seeds)
+    out.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict[str, Any]]] = {}
-    for taste in args.tastes.split(","):
-        for seed in range(args.seeds):
-            path = args.out / f"{taste}_{seed}.json"
-            if args.report:
+    for taste in tastes:
+        for seed in range(seeds):
+            path = out / f"{taste}_{seed}.json"
+            if report:
                 if path.exists():
                     results.setdefault(taste, []).append(json.loads(path.read_text()))
                 continue
-            wanted = args.arms.split(";") if args.arms else list(ARMS)
-            results.setdefault(taste, []).append(run(taste, seed, budget, path, wanted=wanted))
-    print(table(results))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+            chosen = list(wanted) if wanted else list(ARMS)
+            results.setdefault(taste, []).append(levers_seed(taste, seed, budget, path, wanted=chosen))
+    return results

@@ -2,11 +2,12 @@
 
 Why: the guard keeps, per run, the weight whose chosen point gained the most personal reward on the
 validation pairs (``trainer/guard/weights.py``), a figure each fixed-weight run already stores. So a
-``bench taste`` run at 0.3 and ``scripts/taste_weight_arm.py`` runs at 0.5, made at one commit on the same
-seeds, picks and frontier, give per seed and tree count exactly the run the default would keep: the same
-``choose_weight``, applied to the stored gains. This makes the default's table from runs already made
-instead of training every run twice again (scripts/taste_default_check.py checked on one run that the
-default repeats both stored runs to the last digit). Pure functions over ``taste.json`` contents.
+``bench taste`` run at one weight and ``bench taste-weight`` runs at another, made at one commit on the
+same seeds, picks and frontier, give per seed and tree count exactly the run the default would keep: the
+same ``choose_weight``, applied to the stored gains. This makes the default's table from runs already
+made instead of training every run twice again (``bench taste-check`` runs the default afresh on one
+seed to check that it repeats both stored runs; the results page says where). Pure functions over
+``taste.json`` contents.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..guard.weights import choose_weight
-from .taste import SeedResult, TasteBudget, seed_results, stored_budget
-from .taste_ablation import method_weights
+from ...guard.weights import choose_weight
+from .ablation import method_weights
+from .budget import SeedResult, TasteBudget
+from .storage import seed_results, stored_budget
 
 # Budget fields that may differ between the runs combined: the weight, and which trees and seeds ran.
 _FREE = ("picks_weight", "picks_weights", "trees", "at", "seeds", "first_seed")

@@ -3,9 +3,13 @@
 Each is a plain function ``(images [B, 3, H, W] in [0, 1], prompts) -> [B] scores in [0, 1]`` (the
 ``function`` reward's contract, ``trainer/rewards/function.py``), reading pixels only: a pixel is
 *ink* where its brightest channel stands out from the dark background the embedded model draws on.
-They serve ``treerpo bench protocol``'s taste task (a taste mixed with the scene reward, which learns
-several times faster than the scene reward alone) and ``treerpo bench taste``'s simulated person,
+They serve ``treerpo bench protocol``'s taste task (a taste mixed with the scene reward, so that a
+recipe's gain is measured on more than prompt-following) and ``treerpo bench taste``'s simulated person,
 who labels trees with a hidden taste. Nothing here reads the scene reward's parsing or renders.
+
+A config names one as ``function: dynamic_treerpo.trainer.bench.taste.hidden_tastes:NAME``; the older
+``dynamic_treerpo.trainer.bench.tastes:NAME`` of saved configs still resolves (the function reward's
+alias, ``trainer/rewards/function.py``).
 
 - :func:`larger_objects`: more of the picture covered by the objects (area of ink);
 - :func:`central_objects`: ink nearer the centre of the picture;
@@ -23,6 +27,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+MODULE = "dynamic_treerpo.trainer.bench.taste.hidden_tastes"
+"""This module's import path, as the ``function`` reward's spec names it."""
 INK = 0.35  # a pixel whose brightest channel exceeds this is part of an object, not the background
 AREA_FULL = 0.30  # an ink fraction this large scores 1 for size
 
@@ -86,3 +92,8 @@ def warm_shades(images: Tensor, prompts: Sequence[str] | None = None) -> Tensor:
 TASTES = {"larger_objects": larger_objects, "central_objects": central_objects, "deep_shades": deep_shades,
           "lower_objects": lower_objects, "warm_shades": warm_shades}
 """By name, for ``--taste NAME`` (any ``MODULE:FUNCTION`` or ``FILE.py:FUNCTION`` works too)."""
+
+
+def function_spec(name: str) -> str:
+    """The ``function`` reward's spec of the taste ``name`` of this module (``MODULE:NAME``)."""
+    return f"{MODULE}:{name}"

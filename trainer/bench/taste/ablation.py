@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from .common.stats import mean_ci95, sign_flip_test
+from ..common.stats import mean_ci95, sign_flip_test
 
 
 def _seed_values(summary: dict[str, Any], values: Sequence[float]) -> dict[int, float]:
@@ -253,7 +253,7 @@ def stated_risk(summaries: Sequence[dict[str, Any]]) -> dict[str, float]:
     """The runs past the limit that the node's stated risk expects (the sum over every run of its chosen
     checkpoint's chance, from its validation fall and standard error) against those that went past on
     the test pairs."""
-    from ..guard.choice import past_limit_chance
+    from ...guard.choice import past_limit_chance
 
     expected, runs = 0.0, 0
     for s in summaries:

@@ -16,30 +16,30 @@ from typing import Any
 
 import torch
 
-from ..guard.choice import choose, take
-from ..guard.weights import WeightChoice
-from ..preferences.pairs import tree_pairs
-from ..preferences.store import PickStore
-from ..training.from_picks import model_id, store_trees
-from ..training.guarded import guard_trainer, separate_validation_pairs
-from ..training.loop import Trainer
-from ..training.weighted import train_at_weights
+from ...guard.choice import choose, take
+from ...guard.weights import WeightChoice
+from ...preferences.pairs import tree_pairs
+from ...preferences.store import PickStore
+from ...training.from_picks import model_id, store_trees
+from ...training.guarded import guard_trainer, separate_validation_pairs
+from ...training.loop import Trainer
+from ...training.weighted import train_at_weights
 from .person import SimulatedPerson, Taste
 
 MARGINS_MEASURED = (0.0, 0.5, 1.0)
-"""The margins whose choice is measured on the test pairs too (taste_summary's sensitivity table)."""
+"""The margins whose choice is measured on the test pairs too (``summary.py``'s sensitivity table)."""
 
 
 def picks_features(config: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     """The personal reward's backbone that ``config.picks`` names (``content`` by default)."""
-    from ..rewards.personal import backbone
+    from ...rewards.personal import backbone
 
     return backbone(config.picks.backbone, config.picks.backbone_weights)
 
 
 def fit_picks(store: PickStore, ids: Sequence[str], config: Any) -> Any:
     """The personal reward's fit on the labelled trees ``ids``, as ``config.picks`` sets it."""
-    from ..rewards.personal import FitConfig, fit_from_store
+    from ...rewards.personal import FitConfig, fit_from_store
 
     fit_config = FitConfig(head=config.picks.head, pessimism=config.picks.pessimism)
     return fit_from_store(store, picks_features(config), list(ids), config=fit_config)
@@ -50,7 +50,7 @@ def on_policy_accuracy(fit: Any, store: PickStore, ids: Sequence[str],
     """How well ``fit`` (on ``features``) orders the person's pairs on trees it was not fitted on
     (``ids``): on trees of a trained model, where training has moved the images, this is the accuracy
     that matters."""
-    from ..rewards.personal import pair_accuracy
+    from ...rewards.personal import pair_accuracy
 
     labelled = dict(store.labelled())
     with torch.no_grad():
@@ -65,8 +65,8 @@ def train_guarded(config: Any, fit: Any, weights: Sequence[float], quiet: Callab
     weight ``w`` of ``weights``, as the node and ``treerpo train`` do (``trainer/training/weighted.py``):
     the trainer (its policy holds the chosen checkpoint of the kept run), the kept run's result, and
     which weight was kept with each run's validation gain."""
-    from ..rewards.mix import RewardMix
-    from ..rewards.personal import PersonalReward
+    from ...rewards.mix import RewardMix
+    from ...rewards.personal import PersonalReward
 
     first = weights[0]
     spec = f"picks:{first:g},scene:{1 - first:g}"

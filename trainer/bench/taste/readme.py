@@ -1,23 +1,34 @@
-"""``treerpo bench taste --readme``: the README's short form of the taste table, between its markers.
+"""The short form of the taste table, between ``<!-- bench taste summary -->`` markers: the README's taste
+block (``--readme``) and the same block on another page (``--summary PAGE``, the short results page).
 
 The README is the front door: one row per taste (the share of the oracle frontier at each labelled-tree
 count, with the target's reading), every run pooled, the risk count and one line per ablation arm, all
-rendered from the same ``taste.json`` files as docs/results.md, so the two never disagree. Why a marked
-block and not prose: hand-copied figures drift when a run is redone.
+rendered from the same ``taste.json`` files as docs/results-taste.md, so the two never disagree. Why a
+marked block and not prose: hand-copied figures drift when a run is redone. Its link to the taste page is
+relative to the page the block is written into, so one block serves the README and any page in docs/.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from .common.marked import replace_marked
-from .taste_ablation import ablation_rows, method_weights, pooled_share, risk_count, verdict
-from .taste_page import ABLATION_TREES, AGAINST_PROMPT
+from ...utils.atomic import atomic_write_text
+from ..common.marked import replace_marked
+from .ablation import ablation_rows, method_weights, pooled_share, risk_count, verdict
+from .page import ABLATION_TREES, AGAINST_PROMPT
 
 BEGIN = "<!-- bench taste summary: begin -->"
 END = "<!-- bench taste summary: end -->"
+TASTE_PAGE = Path("docs/results-taste.md")
+"""The published taste page, relative to the repository root (where the commands are run)."""
+EVERY_TASTE = "every-taste-learning-from-picks-under-the-guard"
+"""The anchor of the page's section of one ``bench taste`` run and its arms."""
+ASSEMBLED_DEFAULT = "learning-from-picks-the-default-the-guard-chooses-the-weight"
+"""The anchor of the page's section of the assembled default (the guard chooses the weight)."""
 
 
 def _pct_ci(e: dict[str, Any]) -> str:
@@ -63,7 +74,7 @@ def trained_at(budget: dict[str, Any]) -> str:
 
 
 def readme_block(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict[str, Any]]] | None = None,
-                 page: str = "docs/results.md#every-taste-learning-from-picks-under-the-guard",
+                 page: str = f"{TASTE_PAGE.as_posix()}#{EVERY_TASTE}",
                  note: str = "") -> str:
     """The block, markers included; ``note``: a sentence after the arms' lines (what they are measured
     against, when the table is not the run the arms were paired with)."""
@@ -109,18 +120,42 @@ def with_readme_block(text: str, block: str) -> str:
     return replace_marked(text, BEGIN, END, block, "taste block")
 
 
-ASSEMBLED_PAGE = "docs/results.md#learning-from-picks-the-default-the-guard-chooses-the-weight"
-"""Where the README's block points when it shows the assembled default (the results page's section)."""
+def page_link(target: Path, anchor: str, docs: Path | None = None) -> str:
+    """The link from the page ``target`` to ``anchor`` of the taste page (``docs``, or the published
+    one), relative to ``target``'s folder as markdown resolves it."""
+    where = Path(os.path.relpath(docs or TASTE_PAGE, target.parent)).as_posix()
+    return f"{where}#{anchor}"
 
 
-def assembled_readme_block(summaries: Sequence[dict[str, Any]], fixed: Sequence[dict[str, Any]]) -> str:
-    """The README's block for the default that chooses the picks weight (assembled by
-    ``scripts/taste_weight_choice.py``), with one line against ``fixed``: the same picks and seeds at the
-    first weight alone, the run every other lever was measured against. Why this and not the fixed run's
-    table: the README shows what a person gets from the shipped default."""
+def check_summary_page(path: Path, option: str) -> None:
+    """Refuse in one line, before anything runs, a page the block cannot go into (``option`` names it)."""
+    if not path.is_file():
+        raise ValueError(f"{option} {path}: no such file")
+    try:
+        with_readme_block(path.read_text(encoding="utf-8"), "")
+    except ValueError as err:
+        raise ValueError(f"{option} {path}: {err}") from None
+
+
+def write_summary_block(path: Path, block: str) -> None:
+    """The taste block into the page ``path`` between its markers (refused in one line without them)."""
+    try:
+        text = with_readme_block(path.read_text(encoding="utf-8"), block)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+    atomic_write_text(path, text)
+
+
+def assembled_readme_block(summaries: Sequence[dict[str, Any]], fixed: Sequence[dict[str, Any]],
+                           target: Path = Path("README.md"), docs: Path | None = None) -> str:
+    """The short block for the default that chooses the picks weight (assembled by ``treerpo bench
+    taste-assemble``), with one line against ``fixed``: the same picks and seeds at the first weight alone,
+    the run every other lever was measured against; its link goes from ``target`` to the taste page
+    (``docs``, or the published one). Why this and not the fixed run's table: the block shows what a
+    person gets from the shipped default."""
     weight = method_weights(fixed[0]["budget"])[0]
     arm = f"a fixed picks weight of {weight:g} (0.4.x's method)"
     note = ("The other levers (the features, error-free picks, the guard's measurement, two rounds, "
             f"steering, pessimism) were each measured against that fixed weight of {weight:g}: the results "
             "page lists them.")
-    return readme_block(summaries, {arm: list(fixed)}, ASSEMBLED_PAGE, note)
+    return readme_block(summaries, {arm: list(fixed)}, page_link(target, ASSEMBLED_DEFAULT, docs), note)

@@ -1,5 +1,6 @@
-"""The command lines of the taste wing: ``treerpo bench taste`` and ``bench picking`` (``trainer/cli.py``
-adds them under ``bench``)."""
+"""The command lines of the taste wing's two benchmarks: ``treerpo bench taste`` (the table) and ``bench
+picking`` (how many clicks); the studies beside the table are in ``study_commands.py``. ``trainer/cli.py``
+adds them all under ``bench``."""
 
 from __future__ import annotations
 
@@ -9,16 +10,23 @@ from typing import Any
 
 
 def add_taste_commands(kinds: argparse._SubParsersAction) -> None:
-    """``bench taste`` and ``bench picking``."""
+    """``bench taste``, the studies beside it (``bench taste-...``) and ``bench picking``."""
+    from .study_commands import add_study_commands
+
     t = kinds.add_parser("taste", help="learning a person's taste from picks under the guard, on "
                          "every taste, against the oracle frontier (a simulated person)",
                          description="Per taste and seed: a simulated person labels trees with a hidden "
                                      "taste (likes 2, dislikes 1, 15%% mistakes); the default method trains "
                                      "from the first 25, 50 and 100 labelled trees under the guard; the "
                                      "oracle frontier trains the hidden taste itself at several weights. "
-                                     "out/<taste>/taste.json is written after every seed.")
+                                     "out/<taste>/taste.json is written after every seed. --report "
+                                     "--docs docs/results-taste.md rebuilds the taste page from stored "
+                                     "runs. Beside the table: bench taste-weight (another fixed picks "
+                                     "weight on its frontier), taste-assemble (the default that chooses "
+                                     "the weight, from those runs), taste-check, taste-levers and "
+                                     "taste-guard-steps.")
     t.add_argument("--tastes", default=None, metavar="NAME,NAME,...",
-                   help="hidden tastes: names of trainer/bench/tastes.py or MODULE:FUNCTION / "
+                   help="hidden tastes: names of trainer/bench/taste/hidden_tastes.py or MODULE:FUNCTION / "
                         "FILE.py:FUNCTION ((images, prompts) -> one score per image); default "
                         "larger_objects, central_objects, deep_shades, lower_objects, warm_shades "
                         "(--quick: larger_objects, lower_objects)")
@@ -51,14 +59,19 @@ def add_taste_commands(kinds: argparse._SubParsersAction) -> None:
                         "changed (DIR/<taste>/taste.json), compared with --out's run paired per seed (repeat "
                         "for more arms; the one run with --mistakes 0 also fills the decomposition)")
     t.add_argument("--docs", type=Path, default=None,
-                   help="also write the figures as a section of this page (e.g. docs/results.md)")
+                   help="also write the figures as a section of this page (e.g. docs/results-taste.md), "
+                        "the hand-written text around it kept")
     t.add_argument("--readme", type=Path, default=None,
                    help="also write the short table between the README's taste markers (e.g. README.md)")
+    t.add_argument("--summary", type=Path, default=None, metavar="PAGE",
+                   help="also write the short table between the taste summary markers of PAGE (e.g. "
+                        "docs/results.md), its link relative to PAGE; refused when PAGE lacks the markers")
     t.add_argument("--report", action="store_true",
                    help="train nothing: summarise --out's taste.json files again (and write --docs)")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="a training option for every run (e.g. tree.depth=3)")
     t.set_defaults(func=_run_bench_taste)
+    add_study_commands(kinds)
     k = kinds.add_parser("picking", help="fewer clicks: the personal reward's accuracy by labelled trees, "
                          "oldest first against the active order, and when to stop (a simulated person, no "
                          "training)",
@@ -79,36 +92,24 @@ def add_taste_commands(kinds: argparse._SubParsersAction) -> None:
 
 
 def _run_bench_taste(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from ..config.schema import check_weights
-    from ..utils.atomic import atomic_write_text
-    from .taste import QUICK, QUICK_OVERRIDES, QUICK_TASTES, TASTE_SET, TasteBudget, reload, run_taste
-    from .taste_page import overall_lines, write_docs
-    from .taste_readme import readme_block, with_readme_block
-    from .taste_summary import format_summary
+    from .budget import QUICK_OVERRIDES, QUICK_TASTES, TASTE_SET
+    from .page import overall_lines, write_docs
+    from .readme import EVERY_TASTE, check_summary_page, page_link, readme_block, write_summary_block
+    from .run import run_taste
+    from .storage import reload
+    from .summary import format_summary
 
     default = QUICK_TASTES if args.quick else TASTE_SET
     tastes = [t.strip() for t in args.tastes.split(",")] if args.tastes else list(default)
     outs = [args.out / t.rpartition(":")[2] for t in tastes]
     command = taste_command(args)
-    if args.readme:  # a README without the markers is refused before anything runs
-        if not args.readme.is_file():
-            raise ValueError(f"--readme {args.readme}: no such file")
-        with_readme_block(args.readme.read_text(encoding="utf-8"), "")
+    blocks = [(p, o) for p, o in ((args.readme, "--readme"), (args.summary, "--summary")) if p is not None]
+    for page, option in blocks:  # a page without the markers is refused before anything runs
+        check_summary_page(page, option)
     if args.report:
         summaries = [reload(out) for out in outs]
     else:
-        budget = QUICK if args.quick else TasteBudget()
-        given = (("trees", args.trees), ("seeds", args.seeds), ("iterations", args.iterations),
-                 ("keep", args.keep), ("rounds", args.rounds), ("mistakes", args.mistakes))
-        changes: dict[str, object] = {k: v for k, v in given if v is not None}
-        if args.at:
-            changes["at"] = tuple(int(n) for n in args.at.split(","))
-        if args.picks_weights:
-            changes["picks_weights"] = check_weights(float(w) for w in args.picks_weights.split(","))
-            changes["picks_weight"] = changes["picks_weights"][0]
-        budget = replace(budget, **changes)
+        budget = taste_budget(args)
         extra = [*(QUICK_OVERRIDES if args.quick else ()), *args.overrides]
         summaries = [run_taste(budget, taste, out, extra, command=command, resume=args.resume,
                                frontier_from=args.frontier_from / out.name / "taste.json"
@@ -122,16 +123,34 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
         print(line)
     if args.docs:
         print(f"written: {write_docs(summaries, outs, args.docs, command, arms)}")
-    if args.readme:
-        text = with_readme_block(args.readme.read_text(encoding="utf-8"), readme_block(summaries, arms))
-        atomic_write_text(args.readme, text)
-        print(f"written: {args.readme}")
+    for page, _ in blocks:
+        write_summary_block(page, readme_block(summaries, arms, page_link(page, EVERY_TASTE, args.docs)))
+        print(f"written: {page}")
     return 0
+
+
+def taste_budget(args: argparse.Namespace) -> Any:
+    """The budget ``bench taste``'s options ask for (``--quick``'s, or the published one, changed)."""
+    from dataclasses import replace
+
+    from ...config.schema import check_weights
+    from .budget import QUICK, TasteBudget
+
+    budget = QUICK if args.quick else TasteBudget()
+    given = (("trees", args.trees), ("seeds", args.seeds), ("iterations", args.iterations),
+             ("keep", args.keep), ("rounds", args.rounds), ("mistakes", args.mistakes))
+    changes: dict[str, object] = {k: v for k, v in given if v is not None}
+    if args.at:
+        changes["at"] = tuple(int(n) for n in args.at.split(","))
+    if args.picks_weights:
+        changes["picks_weights"] = check_weights(float(w) for w in args.picks_weights.split(","))
+        changes["picks_weight"] = changes["picks_weights"][0]
+    return replace(budget, **changes)
 
 
 def taste_arms(specs: list[str], tastes: list[str]) -> dict[str, list[dict[str, Any]]]:
     """``NAME=DIR`` arms: each one's summaries of the tastes it ran (a missing taste is left out)."""
-    from .taste import reload
+    from .storage import reload
 
     arms: dict[str, list[dict[str, Any]]] = {}
     for spec in specs:
@@ -166,6 +185,7 @@ def taste_command(args: argparse.Namespace) -> str:
     parts += ["--resume"] * args.resume + ["--report"] * args.report
     parts += ["--docs", str(args.docs)] * (args.docs is not None)
     parts += ["--readme", str(args.readme)] * (getattr(args, "readme", None) is not None)
+    parts += ["--summary", str(args.summary)] * (getattr(args, "summary", None) is not None)
     return " ".join(shlex.quote(p) for p in parts)
 
 

@@ -1,10 +1,11 @@
-"""Could the guard measure prompt-following more precisely at the same cost, on images of fewer sampling
-steps? The limit is about the images a person sees (``sampling.eval_steps``, 10 Euler steps on the
-embedded model), so cheap images alone would measure another model's fall. They can still help as a
-control variate: full-step images on ``n`` pairs, cheap images on ``N >= n`` pairs (the ``n`` among them),
-and the full-step fall estimated as ``mean_full(n) + b * (mean_cheap(N) - mean_cheap(n))``, unbiased for the
-full-step fall, with a variance of about ``s^2 (1 - rho^2) / n + rho^2 s^2 / N``, where ``rho`` is the
-per-pair correlation of the full-step and cheap changes of prompt-following (two-phase sampling).
+"""``treerpo bench taste-guard-steps``: could the guard measure prompt-following more precisely at the
+same cost, on images of fewer sampling steps? The limit is about the images a person sees
+(``sampling.eval_steps``, 10 Euler steps on the embedded model), so cheap images alone would measure
+another model's fall. They can still help as a control variate: full-step images on ``n`` pairs, cheap
+images on ``N >= n`` pairs (the ``n`` among them), and the full-step fall estimated as
+``mean_full(n) + b * (mean_cheap(N) - mean_cheap(n))``, unbiased for the full-step fall, with a variance
+of about ``s^2 (1 - rho^2) / n + rho^2 s^2 / N``, where ``rho`` is the per-pair correlation of the
+full-step and cheap changes of prompt-following (two-phase sampling).
 
 Per taste and seed this trains the hidden taste as the reward (the oracle of ``treerpo bench taste``, at
 ``--weight``) under the guard, then measures every point of its trail (the base, each checkpoint, each
@@ -13,31 +14,32 @@ prints per step count: how far the cheap fall is from the full one (bias), wheth
 the same (Spearman), ``rho``, and the standard error of the two-phase fall against the plain one at the
 same cost in sampling steps.
 
-    python scripts/guard_steps.py --tastes lower_objects,warm_shades --seeds 1 --out runs/guard_steps
-    python scripts/guard_steps.py --report --out runs/guard_steps
+    treerpo bench taste-guard-steps --tastes lower_objects,warm_shades --seeds 1 --out runs/guard_steps
+    treerpo bench taste-guard-steps --report --out runs/guard_steps
 
-``--out/<taste>_<seed>.json`` is written per taste and seed; a rerun skips those already there.
+``--out/<taste>_<seed>.json`` is written per taste and seed; a rerun skips those already there. Why in
+the taste wing: it trains the taste benchmark's oracle on its bed; docs/picks.md reads its stored runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from scipy.stats import spearmanr
 
-from dynamic_treerpo.trainer.bench.common.stats import mean_ci95
-from dynamic_treerpo.trainer.bench.taste import TasteBudget, _config
-from dynamic_treerpo.trainer.core.flow import make_sigmas
-from dynamic_treerpo.trainer.lora.adapters import load_lora_state
-from dynamic_treerpo.trainer.training.evaluate import generate
-from dynamic_treerpo.trainer.training.guarded import guard_trainer, separate_validation_pairs
-from dynamic_treerpo.trainer.training.loop import Trainer
+from ...core.flow import make_sigmas
+from ...lora.adapters import load_lora_state
+from ...training.evaluate import generate
+from ...training.guarded import guard_trainer, separate_validation_pairs
+from ...training.loop import Trainer
+from ..common.stats import mean_ci95
+from .budget import TasteBudget, bench_config
+from .hidden_tastes import function_spec
 
 
 def two_phase_se(sd: float, rho: float, full: int, cheap: int, pairs: int) -> tuple[float, int, int]:
@@ -65,13 +67,16 @@ def scores(trainer: Trainer, guard: Any, pairs: list, sigmas: torch.Tensor) -> t
     return guard(images.float().cpu(), prompts)["reward"].float().cpu()
 
 
-def study(taste: str, seed: int, weight: float, steps: list[int], log: Any = print) -> dict[str, Any]:
+def study(taste: str, seed: int, weight: float, steps: Sequence[int], log: Callable[[str], None] = print
+          ) -> dict[str, Any]:
     """Train the oracle at ``weight`` under the guard, then measure every point of its trail at the full
     steps and at each of ``steps``: per point and step count, the mean change of prompt-following against
     the base on the same pairs, and per step count the per-pair changes' correlation with the full ones."""
+    from scipy.stats import spearmanr
+
     budget = TasteBudget()
-    config = _config(budget, seed, f"function:{weight:g},scene:{1 - weight:g}",
-                     {"function": f"dynamic_treerpo.trainer.bench.tastes:{taste}"}, [])
+    config = bench_config(budget, seed, f"function:{weight:g},scene:{1 - weight:g}",
+                          {"function": function_spec(taste)}, [])
     trainer = Trainer(config)
     pairs = separate_validation_pairs(config, trainer.eval_pairs)
     tracker = guard_trainer(trainer, pairs, taste="function", log=lambda _: None)
@@ -136,27 +141,15 @@ def report(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tastes", default="lower_objects,warm_shades")
-    parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--weight", type=float, default=0.5)
-    parser.add_argument("--steps", default="2,3,5")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--report", action="store_true", help="print the table from the runs in --out")
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    if not args.report:
-        steps = [int(k) for k in args.steps.split(",")]
-        for taste in args.tastes.split(","):
-            for seed in range(args.seeds):
-                path = args.out / f"{taste}_{seed}.json"
+def run_guard_steps(tastes: Sequence[str], seeds: int, weight: float, steps: Sequence[int], out: Path,
+                    report_only: bool) -> list[dict[str, Any]]:
+    """Every taste and seed studied into ``out/<taste>_<seed>.json`` where missing (none with
+    ``report_only``); every run in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    if not report_only:
+        for taste in tastes:
+            for seed in range(seeds):
+                path = out / f"{taste}_{seed}.json"
                 if not path.exists():
-                    path.write_text(json.dumps(study(taste, seed, args.weight, steps), indent=1) + "\n")
-    runs = [json.loads(p.read_text()) for p in sorted(args.out.glob("*.json"))]
-    print(report(runs))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+                    path.write_text(json.dumps(study(taste, seed, weight, steps), indent=1) + "\n")
+    return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from .common.stats import mean_ci95, sign_flip_test
+from ..common.stats import mean_ci95, sign_flip_test
 
 TARGETS = {25: 0.5, 50: 0.8}
 """The share of the frontier the method must reach by labelled-tree count (the issue's targets)."""
@@ -51,8 +51,8 @@ MARGINS = (0.0, 0.5, 1.0)
 def rechosen(run: dict[str, Any], margin: float) -> dict[str, Any]:
     """The point the guard would have chosen with ``margin``, from the validation figures a method run
     stored for every point, with that point's test figures."""
-    from ..guard.choice import choose
-    from ..guard.trail import Trail, TrailPoint
+    from ...guard.choice import choose
+    from ...guard.trail import Trail, TrailPoint
 
     fields = TrailPoint.__dataclass_fields__
     points = run["points"]

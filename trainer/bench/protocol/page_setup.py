@@ -149,7 +149,8 @@ def _bed_text(result: ProtocolResult) -> str:
            "recipe: these runs predate each recipe's own rule, docs/algorithm.md)")
     return (f"`{result.config}`" if result.config is not None
             else "the embedded default model (`configs/default.yaml`) with the taste task: the scene reward "
-                 f"mixed half and half with a taste for larger objects (`trainer/bench/taste/hidden_tastes.py`), {mix}; "
+                 "mixed half and half with a taste for larger objects "
+                 f"(`trainer/bench/taste/hidden_tastes.py`), {mix}; "
                  "the held-out reward is their weighted sum"
             if taste else "the embedded default model and scene reward (`configs/default.yaml`)")
 

@@ -36,7 +36,7 @@ class TreeConfig:
     M; noise level of layer k is ``min(noise_level * (1 + noise_growth * k / (d - 1)), noise_max)``
     (linear in depth [paper], clamped [choice]). ``tail``: Euler, or DPM-Solver++(2M) with
     ``max(1, round(tail_compression * remaining))`` steps (MixGRPO-Flash style).
-    ``antithetic``: siblings draw mirrored noise ``(eps, -eps)`` [choice] (see ``tree._branch_noise``).
+    ``antithetic``: siblings draw mirrored noise ``(eps, -eps)`` [choice] (see ``solvers.branch_noise``).
     ``noise_pool``: SDE noise constant over ``pool x pool`` image blocks, 1 = isotropic [choice]
     (see ``flow.NoiseSubspace``).
     """

@@ -1,111 +1,33 @@
 """The sampler: one rollout engine for trees, chains and mixed ODE/SDE plans.
 
-A :class:`RolloutPlan` says, step by step, which solver runs and how many children each node
-draws. Dynamic-TreeRPO, MixGRPO and DanceGRPO are only different plans (see ``strategies.py``),
-so they share every line of sampling code and their forward counts are comparable.
+A :class:`RolloutPlan` (``plan.py``) says, step by step, which solver runs and how many children
+each node draws. Dynamic-TreeRPO, MixGRPO and DanceGRPO are only different plans (see
+``strategies.py``), so they share every line of sampling code and their forward counts are comparable.
 
 The engine evaluates all live nodes of all prompts in one model call per step (split only by
-``max_batch``), draws all randomness from one generator per prompt (so sharding prompts across
-processes does not change any sample), and returns a :class:`Tree` of plain tensors.
+``max_batch``), hands them to the step's solver (``solvers.py``: what a step does is there, one
+function per solver), and records what the solver returns in a growing tree. All randomness comes
+from one generator per prompt (so sharding prompts across processes does not change any sample),
+and the result is a :class:`Tree` of plain tensors.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from .cond import Cond, index_tensor, select_rows
-from .flow import (
-    FULL_NOISE,
-    SDE_KINDS,
-    LogProbForm,
-    NoiseSubspace,
-    dpm2m_step,
-    gaussian_log_prob,
-    ode_step,
-    predicted_x0,
-    sde_transition,
-)
+from .flow import predicted_x0
+from .plan import RolloutPlan as RolloutPlan  # re-exported: callers import the plan from the sampler
+from .solvers import History, StepInput, StepResult, solver_for
+from .solvers import StepOp as StepOp  # re-exported, as RolloutPlan
 
 VelocityFn = Callable[[Tensor, Tensor, Cond], Tensor]
 """``v(x [B, ...], sigma [B], cond rows) -> [B, ...]``: any batched flow-matching model."""
-
-Solver = Literal["euler", "sde", "dpm2m"]
-
-
-@dataclass(frozen=True)
-class StepOp:
-    """One step ``sigma -> sigma_next`` of a plan.
-
-    ``sde`` steps draw ``branch`` children per node with ``noise_level``; ``train`` marks their
-    edges as trained. ``noise_scale`` multiplies the noise a child draws and nothing else: the mean
-    and the density (its log-probability) keep ``noise_level``'s, as BranchGRPO's split steps do
-    (Fredreic1849/BranchGRPO@19fbb9f ``fastvideo/train_branchgrpo_flux.py`` 271-279). ``euler`` and
-    ``dpm2m`` steps are deterministic and move nodes in place.
-    """
-
-    sigma: float
-    sigma_next: float
-    solver: Solver = "euler"
-    branch: int = 1
-    noise_level: float = 0.0
-    train: bool = False
-    noise_scale: float = 1.0
-
-
-@dataclass(frozen=True)
-class RolloutPlan:
-    """A complete sampling recipe for one prompt's group, applied to every prompt of a batch."""
-
-    strategy: str
-    ops: tuple[StepOp, ...]
-    roots_per_prompt: int
-    shared_root_noise: bool = False
-    antithetic: bool = False
-    sde_kind: str = "flow_grpo"
-    window_start: int = 0
-    log_prob_reduction: Literal["mean", "sum"] = "mean"
-    log_prob_form: LogProbForm = "gaussian"
-    noise: NoiseSubspace = FULL_NOISE
-    trained_per_row: int | None = None  # keep this many trained steps per root, drawn per root
-
-    def __post_init__(self) -> None:
-        if self.roots_per_prompt < 1:
-            raise ValueError(f"roots_per_prompt must be >= 1, got {self.roots_per_prompt}")
-        if self.trained_per_row is not None and self.trained_per_row < 1:
-            raise ValueError(f"trained_per_row must be >= 1, got {self.trained_per_row}")
-        if self.sde_kind not in SDE_KINDS:
-            raise ValueError(f"unknown sde_kind {self.sde_kind!r}; expected one of {SDE_KINDS}")
-        if not self.ops:
-            raise ValueError("a plan needs at least one step")
-        for i, op in enumerate(self.ops):
-            if not op.sigma > op.sigma_next >= 0.0:
-                raise ValueError(f"step {i}: sigma must decrease, got {op.sigma} -> {op.sigma_next}")
-            if op.branch < 1:
-                raise ValueError(f"step {i}: branch must be >= 1, got {op.branch}")
-            if op.noise_scale <= 0.0 or (op.noise_scale != 1.0 and op.solver != "sde"):
-                raise ValueError(f"step {i}: noise_scale must be > 0, and apply to an SDE step")
-            if op.solver == "sde":
-                if op.noise_level <= 0.0:
-                    raise ValueError(f"step {i}: an SDE step needs noise_level > 0")
-                if op.sigma_next <= 0.0:
-                    raise ValueError(f"step {i}: the final step (to sigma 0) has no density; "
-                                     "it cannot be an SDE step")
-            elif op.branch != 1 or op.train:
-                raise ValueError(f"step {i}: only SDE steps can branch or be trained")
-        if self.ops[-1].sigma_next != 0.0:
-            raise ValueError("a plan must end at sigma 0")
-
-    @property
-    def leaves_per_prompt(self) -> int:
-        """Images scored per prompt."""
-        return self.roots_per_prompt * math.prod(op.branch for op in self.ops)
 
 
 @dataclass
@@ -224,7 +146,7 @@ class Tree:
         return out
 
 
-# ------------------------------------------------------------------------------ sampling
+# ------------------------------------------------------------------------------ randomness
 def prompt_generators(seeds: Sequence[int]) -> list[torch.Generator]:
     """One CPU generator per prompt: samples do not depend on batch composition or device."""
     return [torch.Generator().manual_seed(int(seed)) for seed in seeds]
@@ -247,46 +169,6 @@ def initial_noise(plan: RolloutPlan, generators: Sequence[torch.Generator],
     return torch.stack(per_prompt)
 
 
-def _evaluate(velocity: VelocityFn, x: Tensor, sigma: float, cond_rows: Cond,
-              max_batch: int | None) -> tuple[Tensor, int]:
-    """All rows through the model, in chunks of ``max_batch``; returns ``(v, calls)``."""
-    rows = x.shape[0]
-    chunk = rows if not max_batch else max(1, max_batch)
-    outs, calls = [], 0
-    for start in range(0, rows, chunk):
-        stop = min(rows, start + chunk)
-        part_cond = cond_rows if stop - start == rows else select_rows(
-            cond_rows, torch.arange(start, stop))
-        sig = torch.full((stop - start,), sigma, dtype=torch.float32, device=x.device)
-        outs.append(velocity(x[start:stop], sig, part_cond).float())
-        calls += 1
-    return torch.cat(outs) if len(outs) > 1 else outs[0], calls
-
-
-def _branch_noise(generators: Sequence[torch.Generator], per_prompt: list[int],
-                  latent_shape: Sequence[int], device: torch.device, branch: int = 1,
-                  antithetic: bool = False) -> Tensor:
-    """Children's noise, prompt-major, each prompt drawing from its own generator.
-
-    ``antithetic``: siblings come in mirrored pairs ``(eps, -eps)`` (an odd last child draws its
-    own). Each child's marginal is unchanged, so log-probabilities and ratios stay exact, while the
-    pair's shared part of the advantage cancels in the gradient, as in mirrored evolution strategies.
-    """
-    parts = []
-    for p, n in enumerate(per_prompt):
-        if not antithetic or branch < 2:
-            parts.append(torch.randn((n, *latent_shape), generator=generators[p]))
-            continue
-        parents, pairs = n // branch, branch // 2
-        half = torch.randn((parents, pairs, *latent_shape), generator=generators[p])
-        mirrored = torch.stack([half, -half], dim=2).reshape(parents, 2 * pairs, *latent_shape)
-        if branch % 2:
-            odd = torch.randn((parents, 1, *latent_shape), generator=generators[p])
-            mirrored = torch.cat([mirrored, odd], dim=1)
-        parts.append(mirrored.reshape(n, *latent_shape))
-    return torch.cat(parts).to(device)
-
-
 def keep_trained_per_root(edge_train: Tensor, edge_child: Tensor, node_parent: Sequence[int],
                           node_prompt: Sequence[int], count: int,
                           generators: Sequence[torch.Generator]) -> Tensor:
@@ -305,6 +187,121 @@ def keep_trained_per_root(edge_train: Tensor, edge_child: Tensor, node_parent: S
     return kept
 
 
+# ------------------------------------------------------------------------------ the growing tree
+class TreeBuilder:
+    """The tree while it grows: every node's parent, depth and prompt, the live nodes (the leaves so
+    far), and the forwards and edges of the stochastic steps, kept as lists and concatenated once at
+    the end. It records what a solver returned and knows nothing of how a step is computed."""
+
+    def __init__(self, num_prompts: int, roots_per_prompt: int) -> None:
+        roots = num_prompts * roots_per_prompt
+        self.num_prompts = num_prompts
+        self.node_parent: list[int] = [-1] * roots
+        self.node_depth: list[int] = [0] * roots
+        self.node_prompt: list[int] = [p for p in range(num_prompts) for _ in range(roots_per_prompt)]
+        self.active: list[int] = list(range(roots))  # the live nodes, prompt-major
+        self.active_prompt: Tensor = index_tensor(self.node_prompt)
+        self.fwd_node: list[Tensor] = []
+        self.fwd_step: list[Tensor] = []
+        self.fwd_x: list[Tensor] = []
+        self.edge_forward: list[Tensor] = []
+        self.edge_child: list[Tensor] = []
+        self.edge_x_child: list[Tensor] = []
+        self.edge_log_prob: list[Tensor] = []
+        self.edge_train: list[Tensor] = []
+        self.num_fwd = 0
+        self.nfe, self.model_calls, self.calls_per_step = 0, 0, []
+
+    def count_forwards(self, rows: int, calls: int) -> None:
+        """One step's model evaluation: ``rows`` forwards in ``calls`` batched calls."""
+        self.nfe += rows
+        self.model_calls += calls
+        self.calls_per_step.append(calls)
+
+    def record(self, step: int, op: StepOp, x: Tensor, result: StepResult) -> None:
+        """What a solver returned for the live states ``x``: moved nodes change nothing here; drawn
+        children become nodes, the parents' states one forward each, the children edges."""
+        parents, b = x.shape[0], op.branch
+        drew = result.log_prob is not None
+        if result.x.shape[0] != parents * (b if drew else 1):
+            raise ValueError(f"step {step}: solver {op.solver!r} returned {result.x.shape[0]} rows for "
+                             f"{parents} nodes" + (f" x {b} children" if drew else ""))
+        if not drew:
+            return
+        first_child = len(self.node_parent)
+        children = list(range(first_child, first_child + parents * b))
+        depth, prompt = self.node_depth, self.node_prompt
+        self.node_parent += [parent for parent in self.active for _ in range(b)]
+        self.node_depth += [depth[parent] + 1 for parent in self.active for _ in range(b)]
+        self.node_prompt += [prompt[parent] for parent in self.active for _ in range(b)]
+        self.fwd_node.append(index_tensor(self.active))
+        self.fwd_step.append(torch.full((parents,), step, dtype=torch.long))
+        self.fwd_x.append(x)
+        self.edge_forward.append(torch.arange(self.num_fwd, self.num_fwd + parents).repeat_interleave(b))
+        self.edge_child.append(index_tensor(children))
+        self.edge_x_child.append(result.x)
+        self.edge_log_prob.append(result.log_prob)
+        self.edge_train.append(torch.full((parents * b,), op.train, dtype=torch.bool))
+        self.num_fwd += parents
+        self.active = children
+        if b > 1:
+            self.active_prompt = self.active_prompt.repeat_interleave(b)
+
+    def finish(self, plan: RolloutPlan, leaves: Tensor, generators: Sequence[torch.Generator]) -> Tree:
+        """The :class:`Tree`, with ``leaves`` the live nodes' final latents (DanceGRPO's plans keep a
+        random subset of each root's trained edges, drawn after sampling)."""
+        long0 = torch.zeros(0, dtype=torch.long)
+        lat0 = torch.zeros((0, *leaves.shape[1:]), device=leaves.device)
+        children = _cat(self.edge_child, long0)
+        trained = _cat(self.edge_train, torch.zeros(0, dtype=torch.bool))
+        if plan.trained_per_row is not None:
+            trained = keep_trained_per_root(trained, children, self.node_parent, self.node_prompt,
+                                            plan.trained_per_row, generators)
+        return Tree(plan=plan, num_prompts=self.num_prompts, node_parent=index_tensor(self.node_parent),
+                    node_depth=index_tensor(self.node_depth), node_prompt=index_tensor(self.node_prompt),
+                    fwd_node=_cat(self.fwd_node, long0), fwd_step=_cat(self.fwd_step, long0),
+                    fwd_x=_cat(self.fwd_x, lat0), edge_forward=_cat(self.edge_forward, long0),
+                    edge_child=children, edge_x_child=_cat(self.edge_x_child, lat0),
+                    edge_log_prob_old=_cat(self.edge_log_prob, torch.zeros(0, device=leaves.device)),
+                    edge_train=trained, leaf_node=index_tensor(self.active), leaf_latents=leaves,
+                    nfe=self.nfe, model_calls=self.model_calls, calls_per_step=self.calls_per_step)
+
+
+def _cat(parts: list[Tensor], empty: Tensor) -> Tensor:
+    return torch.cat(parts) if parts else empty
+
+
+# ------------------------------------------------------------------------------ sampling
+def _evaluate(velocity: VelocityFn, x: Tensor, sigma: float, cond_rows: Cond,
+              max_batch: int | None) -> tuple[Tensor, int]:
+    """All rows through the model, in chunks of ``max_batch``; returns ``(v, calls)``."""
+    rows = x.shape[0]
+    if not max_batch or max_batch >= rows:  # one call for all rows, the usual case
+        sig = torch.full((rows,), sigma, dtype=torch.float32, device=x.device)
+        return velocity(x, sig, cond_rows).float(), 1
+    chunk = max(1, max_batch)
+    outs = []
+    for start in range(0, rows, chunk):
+        stop = min(rows, start + chunk)
+        sig = torch.full((stop - start,), sigma, dtype=torch.float32, device=x.device)
+        outs.append(velocity(x[start:stop], sig, select_rows(cond_rows, torch.arange(start, stop))).float())
+    return torch.cat(outs), len(outs)
+
+
+def _root_states(plan: RolloutPlan, generators: Sequence[torch.Generator], latent_shape: tuple[int, ...],
+                 noise: Tensor | None, device: torch.device | str | None) -> Tensor:
+    """The roots' noise as ``[P * roots, *latent]`` float32 rows on ``device``: drawn from the
+    prompts' generators first (before any step's noise), or the given ``noise``."""
+    num_prompts, roots = len(generators), plan.roots_per_prompt
+    if noise is None:
+        noise = initial_noise(plan, generators, latent_shape)
+    elif tuple(noise.shape) != (num_prompts, roots, *latent_shape):
+        raise ValueError(f"noise must have shape {(num_prompts, roots, *latent_shape)}, "
+                         f"got {tuple(noise.shape)}")
+    dev = torch.device(device) if device is not None else noise.device
+    return noise.reshape(num_prompts * roots, *latent_shape).float().to(dev)
+
+
 @torch.no_grad()
 def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence[int],
             latent_shape: Sequence[int], noise: Tensor | None = None,
@@ -316,122 +313,32 @@ def rollout(velocity: VelocityFn, cond: Cond, plan: RolloutPlan, seeds: Sequence
     initial noise, shape ``[P, roots_per_prompt, *latent_shape]``. ``seeds[p]`` seeds every
     random draw of prompt ``p``: the same seeds give bitwise the same tree. ``on_step(step, steps,
     x0)`` sees each step's predicted clean latents of every active node (for live previews).
+
+    Each step is one model call for all live nodes, then the step's solver (looked up once by name
+    in ``solvers.SOLVERS``); the rollout only grows the tree from what the solver returns, so a new
+    solver needs no change here.
     """
-    num_prompts = len(seeds)
-    if num_prompts < 1:
+    if len(seeds) < 1:
         raise ValueError("rollout needs at least one prompt (one seed per prompt)")
-    latent_shape = tuple(int(s) for s in latent_shape)
     gens = prompt_generators(seeds)
-    roots = plan.roots_per_prompt
-    if noise is None:
-        noise = initial_noise(plan, gens, latent_shape)
-    elif tuple(noise.shape) != (num_prompts, roots, *latent_shape):
-        raise ValueError(f"noise must have shape {(num_prompts, roots, *latent_shape)}, "
-                         f"got {tuple(noise.shape)}")
-    dev = torch.device(device) if device is not None else noise.device
-    x = noise.reshape(num_prompts * roots, *latent_shape).float().to(dev)
-
-    node_parent = [-1] * (num_prompts * roots)
-    node_depth = [0] * (num_prompts * roots)
-    node_prompt = [p for p in range(num_prompts) for _ in range(roots)]
-    active = list(range(num_prompts * roots))
-    active_prompt = index_tensor(node_prompt)
-    cond_rows = select_rows(cond, active_prompt)
-
-    fwd_node: list[Tensor] = []
-    fwd_step: list[Tensor] = []
-    fwd_x: list[Tensor] = []
-    edge_forward: list[Tensor] = []
-    edge_child: list[Tensor] = []
-    edge_x_child: list[Tensor] = []
-    edge_log_prob: list[Tensor] = []
-    edge_train: list[Tensor] = []
-    nfe, calls, calls_per_step = 0, 0, []
-    num_fwd = 0
-    prev_x0: Tensor | None = None
-    prev_sigma: float | None = None
-
-    for step, op in enumerate(plan.ops):
-        v, step_calls = _evaluate(velocity, x, op.sigma, cond_rows, max_batch)
-        # every step's clean-image prediction is kept, so that a DPM-Solver++(2M) step after an
-        # Euler or SDE step is second order, as MixGRPO-Flash's tail is (Tencent-Hunyuan/MixGRPO@e5cdd6a
-        # fastvideo/utils/sampling_utils.py 114-127)
-        x0 = predicted_x0(x, v, op.sigma)
+    x = _root_states(plan, gens, tuple(int(s) for s in latent_shape), noise, device)
+    steps = [solver_for(op.solver).step for op in plan.ops]
+    options = plan.sde_options
+    tree = TreeBuilder(len(seeds), plan.roots_per_prompt)
+    cond_rows = select_rows(cond, tree.active_prompt)
+    history = History()
+    for i, (op, solve) in enumerate(zip(plan.ops, steps, strict=True)):
+        v, calls = _evaluate(velocity, x, op.sigma, cond_rows, max_batch)
+        x0 = predicted_x0(x, v, op.sigma)  # every step's, as a multistep solver's history
         if on_step is not None:
-            on_step(step, len(plan.ops), x0)
-        nfe += x.shape[0]
-        calls += step_calls
-        calls_per_step.append(step_calls)
-        if op.solver == "euler":
-            x, prev_x0, prev_sigma = ode_step(x, v, op.sigma, op.sigma_next), x0, op.sigma
-            continue
-        if op.solver == "dpm2m":
-            x = dpm2m_step(x, x0, op.sigma, op.sigma_next, prev_x0, prev_sigma)
-            prev_x0, prev_sigma = x0, op.sigma
-            continue
-        prev_x0, prev_sigma = x0.repeat_interleave(op.branch, dim=0), op.sigma
-        parents = x.shape[0]
-        dist = sde_transition(plan.sde_kind, x, v, op.sigma, op.sigma_next, op.noise_level,
-                              plan.noise)
-        b = op.branch
-        per_prompt = torch.bincount(active_prompt, minlength=num_prompts) * b
-        eps = _branch_noise(gens, per_prompt.tolist(), latent_shape, dev, b, plan.antithetic)
-        child_dist = dist.rows(torch.arange(parents, device=dev).repeat_interleave(b))
-        x_child = child_dist.sample(eps * op.noise_scale if op.noise_scale != 1.0 else eps)
-        log_prob = gaussian_log_prob(x_child, child_dist, plan.log_prob_reduction, plan.log_prob_form)
-
-        first_child = len(node_parent)
-        children = list(range(first_child, first_child + parents * b))
-        for parent in active:
-            node_parent.extend([parent] * b)
-            node_depth.extend([node_depth[parent] + 1] * b)
-            node_prompt.extend([node_prompt[parent]] * b)
-        fwd_ids = torch.arange(num_fwd, num_fwd + parents)
-        fwd_node.append(index_tensor(active))
-        fwd_step.append(torch.full((parents,), step, dtype=torch.long))
-        fwd_x.append(x)
-        edge_forward.append(fwd_ids.repeat_interleave(b))
-        edge_child.append(index_tensor(children))
-        edge_x_child.append(x_child)
-        edge_log_prob.append(log_prob)
-        edge_train.append(torch.full((parents * b,), op.train, dtype=torch.bool))
-        num_fwd += parents
-
-        x, active = x_child, children
-        if b > 1:
-            active_prompt = active_prompt.repeat_interleave(b)
-            cond_rows = select_rows(cond, active_prompt)
-
-    def cat(parts: list[Tensor], empty: Tensor) -> Tensor:
-        return torch.cat(parts) if parts else empty
-
-    long0 = torch.zeros(0, dtype=torch.long)
-    children = cat(edge_child, long0)
-    trained = cat(edge_train, torch.zeros(0, dtype=torch.bool))
-    if plan.trained_per_row is not None:
-        trained = keep_trained_per_root(trained, children, node_parent, node_prompt,
-                                        plan.trained_per_row, gens)
-    lat0 = torch.zeros((0, *latent_shape), device=dev)
-    return Tree(
-        plan=plan,
-        num_prompts=num_prompts,
-        node_parent=index_tensor(node_parent),
-        node_depth=index_tensor(node_depth),
-        node_prompt=index_tensor(node_prompt),
-        fwd_node=cat(fwd_node, long0),
-        fwd_step=cat(fwd_step, long0),
-        fwd_x=cat(fwd_x, lat0),
-        edge_forward=cat(edge_forward, long0),
-        edge_child=children,
-        edge_x_child=cat(edge_x_child, lat0),
-        edge_log_prob_old=cat(edge_log_prob, torch.zeros(0, device=dev)),
-        edge_train=trained,
-        leaf_node=index_tensor(active),
-        leaf_latents=x,
-        nfe=nfe,
-        model_calls=calls,
-        calls_per_step=calls_per_step,
-    )
+            on_step(i, len(plan.ops), x0)
+        tree.count_forwards(x.shape[0], calls)
+        result = solve(StepInput(op, x, v, x0, history, tree.active_prompt, gens, options))
+        tree.record(i, op, x, result)
+        if result.x.shape[0] != x.shape[0]:  # nodes branched: each child's row needs its prompt's cond
+            cond_rows = select_rows(cond, tree.active_prompt)
+        x, history = result.x, result.history
+    return tree.finish(plan, x, gens)
 
 
 # the tensors of a Tree, one row per node, forward, edge or leaf: what a stored tree holds

@@ -25,6 +25,7 @@ from ..core.strategies import (
     StrategyConfig,
     TreeConfig,
 )
+from ..rewards.registry import PICKS
 from .layout import YamlLayout
 from .published import EvalEma, published_ema, published_loss, published_updates
 
@@ -424,9 +425,9 @@ class TrainConfig:
         stray = sorted(set(self.reward_weights) - terms)
         if stray:
             raise ValueError(f"reward_weights names {stray[0]!r}, which is not in reward {self.reward!r}")
-        if "picks" in terms and not (self.data.picks or self.reward_weights.get("picks")):
+        if PICKS in terms and not (self.data.picks or self.reward_weights.get(PICKS)):
             raise ValueError("reward 'picks' needs a picks folder: data.picks: FOLDER (docs/picks.md)")
-        if self.picks.mode == "online" and "picks" in terms and self.strategy != "dynamic_treerpo":
+        if self.picks.mode == "online" and PICKS in terms and self.strategy != "dynamic_treerpo":
             raise ValueError("picks.mode online trains the picked trees with the tree's own objective: "
                              "strategy must be dynamic_treerpo")
         if self.strategy == "dgpo" and not self.lora.enabled:
@@ -442,8 +443,8 @@ class TrainConfig:
     @property
     def effective_reward_weights(self) -> dict[str, str]:
         """``reward_weights``, with ``data.picks`` as the ``picks`` reward's folder."""
-        if self.data.picks and "picks" not in self.reward_weights:
-            return {**self.reward_weights, "picks": self.data.picks}
+        if self.data.picks and PICKS not in self.reward_weights:
+            return {**self.reward_weights, PICKS: self.data.picks}
         return dict(self.reward_weights)
 
     @property
@@ -451,7 +452,7 @@ class TrainConfig:
         """Whether the reward names ``picks``."""
         from ..rewards.mix import parse_reward_spec
 
-        return any(t.name == "picks" for t in parse_reward_spec(self.reward))
+        return any(t.name == PICKS for t in parse_reward_spec(self.reward))
 
     @property
     def uses_published_loss(self) -> bool:

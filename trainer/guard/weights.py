@@ -15,25 +15,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..rewards.mix import parse_reward_spec
 from .choice import Choice
 from .trail import Trail
 
 DEFAULT_WEIGHTS = (0.3, 0.5)
 """The picks weights the guard tries by default (``guard.weights``): 0.3 alone was the earlier default."""
-
-
-def spec_at(reward: str, taste: str, weight: float) -> str:
-    """``reward`` with the ``taste`` term at ``weight`` and the other terms sharing ``1 - weight`` as they
-    were written: ``spec_at('picks:0.3,scene:0.7', 'picks', 0.5) == 'picks:0.5,scene:0.5'``."""
-    terms = parse_reward_spec(reward)
-    if taste not in {t.name for t in terms}:
-        raise ValueError(f"reward {reward!r} has no {taste!r} term to weigh")
-    others = sum(t.weight for t in terms if t.name != taste)
-    if others <= 0:
-        raise ValueError(f"reward {reward!r} has no term besides {taste!r} to share 1 - {weight:g}")
-    return ",".join(f"{t.name}:{weight if t.name == taste else (1.0 - weight) * t.weight / others:.6g}"
-                    for t in terms)
 
 
 def validation_gain(trail: Trail, choice: Choice) -> float:

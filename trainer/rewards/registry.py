@@ -19,6 +19,9 @@ from ..compat.versions import check_versions
 
 RewardFn = Callable[[Tensor, Sequence[str]], dict[str, Tensor]]
 
+PICKS = "picks"
+"""The personal reward's name in a reward spec: fitted on a person's picks folder (docs/picks.md)."""
+
 
 @dataclass(frozen=True)
 class RewardEntry:
@@ -47,8 +50,8 @@ _REWARDS: dict[str, RewardEntry] = {
                                "and vocab.txt from google-bert/bert-base-uncased"),
     "ocr": RewardEntry("ocr", False, "optional: a folder of PP-OCR ONNX models (default: the ones "
                                      "shipped in the rapidocr-onnxruntime wheel)"),
-    "picks": RewardEntry("personal", True, "a picks folder of labelled trees (data.picks; docs/picks.md): "
-                                           "a personal reward is fitted on its picks"),
+    PICKS: RewardEntry("personal", True, "a picks folder of labelled trees (data.picks; docs/picks.md): "
+                                         "a personal reward is fitted on its picks"),
     "function": RewardEntry("function", True, "MODULE:FUNCTION or FILE.py:FUNCTION of a Python function "
                                               "(images [B, 3, H, W] in [0, 1], prompts) -> B scores"),
 }

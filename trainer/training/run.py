@@ -16,14 +16,15 @@ from typing import Any
 
 from ..config.files import ConfigError, load_config, save_config
 from ..config.schema import TrainConfig
+from ..guard.terms import spec_at
 from ..guard.tracker import GuardedTraining
-from ..guard.weights import choose_weight, spec_at, validation_gain
+from ..guard.weights import choose_weight, validation_gain
+from ..rewards.registry import PICKS
 from ..utils.atomic import atomic_write_text
 from .checkpoint import load_latest, save_checkpoint
 from .distributed import Dist, barrier, setup, teardown
 from .factory import make_trainer
 from .guarded import (
-    PICKS,
     guard_trainer,
     guarded,
     load_guard,

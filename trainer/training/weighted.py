@@ -16,11 +16,12 @@ from typing import Any
 import torch
 
 from ..config.schema import TrainConfig
+from ..guard.terms import spec_at
 from ..guard.tracker import GuardedResult, GuardedTraining
-from ..guard.weights import WeightChoice, choose_weight, spec_at, validation_gain
+from ..guard.weights import WeightChoice, choose_weight, validation_gain
+from ..rewards.registry import PICKS
 from .loop import Trainer
 
-PICKS = "picks"
 Report = Callable[[int, dict[str, Any]], None]
 
 

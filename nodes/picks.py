@@ -22,7 +22,9 @@ from ..trainer.rewards.registry import PICKS
 from ..trainer.training.from_picks import model_id, store_trees
 from ..trainer.training.plans import check_plan
 from ..trainer.training.session import TrainingState, picks_iterations, train_from_picks
-from ._comfy import (
+from .budget import MAX_LEAVES, check_memory, stored_latents
+from .checkpoints import outputs as guarded_outputs
+from .comfy_door import (
     embedded_model_patcher,
     embedded_policy_of,
     flow_family,
@@ -32,8 +34,6 @@ from ._comfy import (
     node_progress,
     tree_memory,
 )
-from .budget import MAX_LEAVES, check_memory, stored_latents
-from .checkpoints import outputs as guarded_outputs
 from .inputs import about, check_embedded_text, check_ranges, parse_lines, parse_weights
 from .picks_folders import PICKS_ROOT
 from .picks_folders import picks_folder as folder_of

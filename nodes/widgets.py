@@ -11,7 +11,7 @@ from ..trainer.config.schema import TrainConfig
 from ..trainer.rewards.mix import parse_reward_spec
 from ..trainer.rewards.registry import PICKS
 from ..trainer.rewards.registry import reward_names as all_reward_names
-from ._comfy import io, model_roots, models_directory
+from .comfy_door import io, model_roots, models_directory
 from .inputs import MIX, about, check_rewards, parse_lines, reward_spec
 
 # The `function` reward imports and runs any Python function: a workflow shared on the internet must not

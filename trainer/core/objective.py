@@ -149,7 +149,7 @@ def layer_groups(tree: Tree, forwards: Tensor) -> Tensor:
     return tree.fwd_prompt[forwards] * steps + tree.fwd_step[forwards]
 
 
-def _edge_weights(tree: Tree, weighting: EdgeWeighting = "layer") -> Tensor:
+def edge_weights(tree: Tree, weighting: EdgeWeighting = "layer") -> Tensor:
     """Per trained edge: ``1 / (layers * edges in the layer)`` (a mean over layers of edge means) or,
     ``transition``, ``1 / trained edges`` (every edge alike); 0 for untrained edges."""
     weight = torch.zeros(tree.edge_train.shape)
@@ -242,7 +242,7 @@ def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
             raise ValueError(f"unknown prm_target {config.prm_target!r}; "
                              "expected 'x0', 'path' or 'renoise'")
     factor = step_factors(tree, config.step_scale)
-    edge_weight = _edge_weights(tree, config.edge_weighting) * factor[tree.edge_forward]
+    edge_weight = edge_weights(tree, config.edge_weighting) * factor[tree.edge_forward]
     noise = None
     if config.prm_target == "renoise" and config.prm_lambda != 0.0:
         # one generator per prompt (its index in the whole batch): the same noise however the

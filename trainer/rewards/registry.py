@@ -34,7 +34,8 @@ class RewardEntry:
     builder: str = "build"
 
 
-_REWARDS: dict[str, RewardEntry] = {
+# Every reward by name: a new reward is one entry here (a test may add a stand-in).
+REWARDS: dict[str, RewardEntry] = {
     "scene": RewardEntry("scene_reward", False, "none: the embedded default's programmatic reward"),
     "clip": RewardEntry("clip_family", True,
                         "a transformers CLIP folder, e.g. openai/clip-vit-large-patch14", "build_clip"),
@@ -58,14 +59,14 @@ _REWARDS: dict[str, RewardEntry] = {
 
 
 def reward_names() -> list[str]:
-    return sorted(_REWARDS)
+    return sorted(REWARDS)
 
 
 def reward_entry(name: str) -> RewardEntry:
     """The registry entry of ``name``; an unknown name is a one-line error listing the known ones."""
-    if name not in _REWARDS:
+    if name not in REWARDS:
         raise ValueError(f"unknown reward {name!r}; available: {', '.join(reward_names())}")
-    return _REWARDS[name]
+    return REWARDS[name]
 
 
 def needs_weights(name: str) -> bool:

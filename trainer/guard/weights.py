@@ -1,12 +1,12 @@
 """The guard chooses the picks weight too: the same picks trained once per weight, one run kept.
 
-Why: the best weight of the picks against prompt-following differs per taste (docs/picks.md). With a
-fixed weight the oracle itself gained +0.017 on one taste at 0.3 and +0.080 at 0.5. Each run already
-measures, on validation pairs and never on the hidden taste or the test pairs, how much personal reward
-its chosen checkpoint gained within the person's limit; the run that gained more is kept. On the 0.4.0
-table (5 tastes x 5 seeds, 50 labelled trees) choosing between 0.3 and 0.5 this way reached 68% of the
-oracle frontier against 62% at 0.3 alone (+6 points, 95% CI +2 to +10, exact p 0.004), at twice the
-training. Pure functions: the training layer trains the runs (``trainer/training/weighted.py``).
+Why: the best weight of the picks against prompt-following differs per taste: at a fixed weight even the
+oracle, trained on the hidden taste itself, gained far more of one taste at 0.5 than at 0.3. Each run
+already measures, on validation pairs and never on the hidden taste or the test pairs, how much personal
+reward its chosen checkpoint gained within the person's limit; the run that gained more is kept. Choosing
+between 0.3 and 0.5 this way got more of the oracle frontier than 0.3 alone, at twice the training
+(docs/picks.md, "What each lever gives", and docs/results.md render the figures). Pure functions: the
+training layer trains the runs (``trainer/training/weighted.py``).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ._comfy import ComfyExtension, io
 from .checkpoints import NODES as CHECKPOINT_NODES
+from .comfy_door import ComfyExtension, io
 from .embedded import NODES as EMBEDDED_NODES
 from .picks import NODES as PICKS_NODES
 from .picks_routes import register_routes

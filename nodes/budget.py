@@ -9,7 +9,7 @@ depth and branching:
   latents plus one model pass over all its leaves (ComfyUI's own estimate for the model) must fit in
   the device's memory less the model's weights.
 
-No ComfyUI import here: the memory figures come in as numbers (``_comfy.tree_memory`` reads them)."""
+No ComfyUI import here: the memory figures come in as numbers (``comfy_door.tree_memory`` reads them)."""
 
 from __future__ import annotations
 

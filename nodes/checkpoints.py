@@ -23,7 +23,7 @@ from ..trainer.lora.adapters import attach_lora, load_lora_state
 from ..trainer.preferences.store import PickStore
 from ..trainer.training.guarded import write_figures
 from ..trainer.training.session import TrainingState
-from ._comfy import (
+from .comfy_door import (
     embedded_model_patcher,
     embedded_policy_of,
     io,

@@ -32,7 +32,7 @@ from ..trainer.lora.adapters import detach_lora
 from ..trainer.models.autograd_safe import out_of_place_updates
 from ..trainer.models.block_checkpoint import checkpointed_blocks
 from ..trainer.models.policy import PolicyBase
-from ._comfy import FlowFamily, decode_images, denoise, flow_family, load_for_training, prompt_model_conds
+from .comfy_door import FlowFamily, decode_images, denoise, flow_family, load_for_training, prompt_model_conds
 
 # The CFG scale of each family's reference workflow (ComfyUI's templates, the model cards); a model
 # with a guidance embedding samples at CFG 1 with ComfyUI's own default guidance value.

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ..trainer.embedded.policy import EmbeddedPolicy
-from ._comfy import embedded_model_patcher, io, model_roots, models_directory
+from .comfy_door import embedded_model_patcher, io, model_roots, models_directory
 from .inputs import check_embedded_text, confined
 
 EmbeddedType = io.Custom("TREERPO_EMBEDDED")

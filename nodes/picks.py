@@ -18,10 +18,13 @@ from ..trainer.core.flow import make_sigmas
 from ..trainer.core.strategies import build_plan
 from ..trainer.guard.levels import DEFAULT_KEEP, GUARDED_PICKS_WEIGHT, KEEP_LEVELS
 from ..trainer.preferences.store import PickStore
+from ..trainer.rewards.registry import PICKS
 from ..trainer.training.from_picks import model_id, store_trees
 from ..trainer.training.plans import check_plan
 from ..trainer.training.session import TrainingState, picks_iterations, train_from_picks
-from ._comfy import (
+from .budget import MAX_LEAVES, check_memory, stored_latents
+from .checkpoints import outputs as guarded_outputs
+from .comfy_door import (
     embedded_model_patcher,
     embedded_policy_of,
     flow_family,
@@ -31,8 +34,6 @@ from ._comfy import (
     node_progress,
     tree_memory,
 )
-from .budget import MAX_LEAVES, check_memory, stored_latents
-from .checkpoints import outputs as guarded_outputs
 from .inputs import about, check_embedded_text, check_ranges, parse_lines, parse_weights
 from .picks_folders import PICKS_ROOT
 from .picks_folders import picks_folder as folder_of
@@ -183,8 +184,8 @@ def picks_spec(guard_reward: str, picks_weight: float, keep: str = KEEP_OFF) -> 
     (0.3 and 0.5 unless the settings box says otherwise) and keeps one run."""
     weight = picks_weight if keep_word(keep) == "off" else GUARDED_PICKS_WEIGHT
     if guard_reward == NO_GUARD or weight >= 1.0:
-        return "picks:1"
-    return f"picks:{weight:g},{guard_reward}:{1.0 - weight:g}"
+        return f"{PICKS}:1"
+    return f"{PICKS}:{weight:g},{guard_reward}:{1.0 - weight:g}"
 
 
 def folder_prompts(store: PickStore, labelled: list[str]) -> list[str]:
@@ -347,7 +348,7 @@ def picks_config(iterations: int, prompts: list[str], guard_reward: str, picks_w
     """The trainer's config: the node's widgets, the picks folder as the ``picks`` reward's, and the
     settings box (the mode and guard widgets win over ``picks.mode`` and ``guard.keep`` lines there)."""
     spec = picks_spec(guard_reward, picks_weight, keep)
-    return node_config(iterations, prompts, spec, {**weights, "picks": folder}, "dynamic_treerpo", seed,
+    return node_config(iterations, prompts, spec, {**weights, PICKS: folder}, "dynamic_treerpo", seed,
                        settings + f"\npicks.mode={mode}\nguard.keep={keep_word(keep)}", defaults or [])
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ._comfy import output_directory
+from .comfy_door import output_directory
 
 PICKS_ROOT = "treerpo_picks"  # under ComfyUI's output folder
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")

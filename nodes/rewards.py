@@ -7,7 +7,7 @@ from typing import Any
 
 from ..trainer.inference.score import format_scores
 from ..trainer.rewards.mix import RewardMix
-from ._comfy import io, model_roots, models_directory
+from .comfy_door import io, model_roots, models_directory
 from .inputs import parse_lines, parse_weights, reward_spec
 from .widgets import check_reward_inputs, reward_inputs
 

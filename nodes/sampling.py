@@ -16,7 +16,8 @@ from ..trainer.core.flow import SDE_KINDS
 from ..trainer.core.strategies import MixGRPOConfig, TreeConfig, build_plan
 from ..trainer.core.tree import Tree, rollout
 from ..trainer.rewards.mix import RewardMix
-from ._comfy import (
+from .budget import MAX_LEAVES, check_leaves, check_memory, stored_latents
+from .comfy_door import (
     flow_family,
     guided_sample,
     io,
@@ -27,7 +28,6 @@ from ._comfy import (
     preview_images,
     tree_memory,
 )
-from .budget import MAX_LEAVES, check_leaves, check_memory, stored_latents
 from .embedded import EmbeddedType, embedded_conditioning
 from .inputs import check_embedded_text, check_ranges, parse_weights, reward_spec
 from .widgets import check_reward_inputs, reward_inputs

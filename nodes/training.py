@@ -30,7 +30,8 @@ from ..trainer.lora.keys import COMFYUI_PREFIX, comfyui_state
 from ..trainer.lora.kohya import native_to_diffusers
 from ..trainer.training.plans import check_plan, iteration_plan
 from ..trainer.training.session import TrainingState, train_steps
-from ._comfy import (
+from .budget import STRATEGY_IMAGE_KEYS, check_training_images
+from .comfy_door import (
     FlowFamily,
     embedded_model_patcher,
     embedded_policy_of,
@@ -44,7 +45,6 @@ from ._comfy import (
     output_directory,
     temp_directory,
 )
-from .budget import STRATEGY_IMAGE_KEYS, check_training_images
 from .comfy_policy import CURATED, ComfyModelPolicy, lora_targets
 from .embedded import EmbeddedType
 from .inputs import about, parse_lines, parse_weights, reward_spec

@@ -9,14 +9,15 @@ import functools
 
 from ..trainer.config.schema import TrainConfig
 from ..trainer.rewards.mix import parse_reward_spec
+from ..trainer.rewards.registry import PICKS
 from ..trainer.rewards.registry import reward_names as all_reward_names
-from ._comfy import io, model_roots, models_directory
+from .comfy_door import io, model_roots, models_directory
 from .inputs import MIX, about, check_rewards, parse_lines, reward_spec
 
 # The `function` reward imports and runs any Python function: a workflow shared on the internet must not
 # make a ComfyUI server run code, so it is offered headlessly only (`treerpo train`). `picks` (a personal
 # reward fitted on a picks folder) has its own nodes, which confine the folder to ComfyUI's output.
-HEADLESS_ONLY = ("function", "picks")
+HEADLESS_ONLY = ("function", PICKS)
 
 
 def reward_names() -> list[str]:

@@ -8,7 +8,7 @@ cycle). Two graphs are checked:
   the modules directly in ``trainer/`` are the front end ``trainer``, and ``nodes/`` is ``nodes``.
   A layer may use lower layers only, so this graph must have no cycle either.
 
-It also checks that ComfyUI is imported in exactly two places, ``nodes/_comfy.py`` (the nodes'
+It also checks that ComfyUI is imported in exactly two places, ``nodes/comfy_door.py`` (the nodes'
 one door to ComfyUI) and ``trainer/comfyui_host/runner.py`` (ComfyUI hosted headlessly), and that
 ``trainer/`` never imports ``nodes/``.
 
@@ -27,7 +27,7 @@ PACKAGES = ("trainer", "nodes")
 INSTALLED_NAME = "dynamic_treerpo"  # the import name pyproject.toml installs this folder under
 COMFY_MODULES = {"comfy", "comfy_api", "comfy_execution", "comfy_extras", "folder_paths", "execution",
                  "server", "latent_preview", "node_helpers", "nodes", "main"}
-COMFY_DOORS = {"nodes._comfy", "trainer.comfyui_host.runner"}
+COMFY_DOORS = {"nodes.comfy_door", "trainer.comfyui_host.runner"}
 
 
 def module_files(root: Path) -> dict[str, Path]:

@@ -193,7 +193,7 @@ PEAKS = {"mixgrpo": 1e-4}  # below the grid: the sweep must extend it twice
 SLOPES: dict[str, float] = {}  # an arm's reward per checkpoint, when not the default (a test sets it)
 
 
-def _stand_in_run(arm: str, seed: int, lr: float, treatment: str, budget: Budget, seconds: float,
+def stand_in_run(arm: str, seed: int, lr: float, treatment: str, budget: Budget, seconds: float,
                   target_gain: float | None = None) -> Run:
     """One point per checkpoint serving both budgets, each an iteration (so a run watching its target
     is evaluated at every iteration); the tree learns fastest. Seeds differ by arm (the noise's phase,
@@ -241,7 +241,7 @@ def test_the_protocol_fixes_rates_and_target_from_validation_before_any_test_run
         watches = arm.role == "main" and treatment.name == "published"
         assert target_gain == (pytest.approx(0.04) if watches else None)
         calls.append(("test", arm.name, treatment.name, config.seed))
-        return _stand_in_run(arm.name, config.seed, config.optim.lr, treatment.name, budget, seconds,
+        return stand_in_run(arm.name, config.seed, config.optim.lr, treatment.name, budget, seconds,
                              target_gain)
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
@@ -345,7 +345,7 @@ def _stand_ins(monkeypatch: pytest.MonkeyPatch, calls: list[tuple]) -> None:
 
     def full_run(config, arm, budget, seconds, clock, treatment, target_gain=None):
         calls.append((arm.name, treatment.name, config.seed, target_gain))
-        return _stand_in_run(arm.name, config.seed, config.optim.lr, treatment.name, budget, seconds,
+        return stand_in_run(arm.name, config.seed, config.optim.lr, treatment.name, budget, seconds,
                              target_gain)
 
     monkeypatch.setattr(protocol, "sweep_run", sweep_run)

@@ -34,7 +34,7 @@ from dynamic_treerpo.trainer.bench.protocol.claims import all_tests
 from dynamic_treerpo.trainer.bench.protocol.claims_block import README_BEGIN, README_END, readme_claims
 from dynamic_treerpo.trainer.bench.protocol.page import HAND_WRITTEN, markdown
 from dynamic_treerpo.trainer.bench.protocol.results import Budget, ProtocolResult, load
-from tests.test_bench import GAINS, PEAKS, SLOPES, _stand_in_run
+from tests.test_bench import GAINS, PEAKS, SLOPES, stand_in_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -145,7 +145,7 @@ def _stand_in_protocol(monkeypatch: pytest.MonkeyPatch, seeds: int) -> ProtocolR
                 "median_wall_s": 1.0, "test_prompts_in_validation": 0}
 
     def full_run(config, arm, budget, seconds, clock, treatment, target_gain=None):
-        return _stand_in_run(arm.name, config.seed, config.optim.lr, treatment.name, budget, seconds,
+        return stand_in_run(arm.name, config.seed, config.optim.lr, treatment.name, budget, seconds,
                              target_gain)
 
     monkeypatch.setattr(protocol, "sweep_run", sweep_run)

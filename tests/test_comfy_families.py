@@ -50,7 +50,7 @@ import nodes as comfy_nodes  # ComfyUI's own nodes: LoraLoaderModelOnly
 
 from comfy_families import StandInClip, StandInVae, latent_shape, load_pack, tiny_model
 load_pack(pack_root)
-from treerpo_pack.nodes._comfy import denoise, flow_family, latent_shape_of, prompt_model_conds
+from treerpo_pack.nodes.comfy_door import denoise, flow_family, latent_shape_of, prompt_model_conds
 from treerpo_pack.nodes.sampling import TreeRPOBestOfTree, TreeRPOTreeSampler
 from treerpo_pack.nodes.comfy_policy import ComfyModelPolicy
 from treerpo_pack.nodes.training import TreeRPOSaveLoRA, TreeRPOTrainLoRA

@@ -31,7 +31,7 @@ spec = importlib.util.spec_from_file_location("treerpo_pack", sys.argv[2] + "/__
 pack = importlib.util.module_from_spec(spec)
 sys.modules["treerpo_pack"] = pack
 spec.loader.exec_module(pack)
-from treerpo_pack.nodes._comfy import lora_patched
+from treerpo_pack.nodes.comfy_door import lora_patched
 from treerpo_pack.nodes.comfy_policy import LORA_TARGETS, ComfyModelPolicy
 from treerpo_pack.trainer.lora.adapters import attach_lora, lora_state_dict
 from treerpo_pack.trainer.lora.keys import COMFYUI_PREFIX, comfyui_state

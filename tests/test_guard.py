@@ -18,7 +18,7 @@ from dynamic_treerpo.trainer.config.schema import GuardConfig, TrainConfig
 from dynamic_treerpo.trainer.embedded.policy import EmbeddedPolicy
 from dynamic_treerpo.trainer.guard.choice import allowed, choose, take
 from dynamic_treerpo.trainer.guard.levels import KEEP_LEVELS, SCENE_SPREAD, guard_limit
-from dynamic_treerpo.trainer.guard.tracker import guard_spec
+from dynamic_treerpo.trainer.guard.terms import guard_spec
 from dynamic_treerpo.trainer.guard.trail import Trail, TrailPoint, paired_se, scaled_lora
 from dynamic_treerpo.trainer.lora.adapters import lora_state_dict
 from dynamic_treerpo.trainer.preferences.store import PickStore

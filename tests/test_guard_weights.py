@@ -10,10 +10,10 @@ import torch
 from dynamic_treerpo.trainer.config.files import load_config
 from dynamic_treerpo.trainer.config.schema import GuardConfig, TrainConfig, check_weights
 from dynamic_treerpo.trainer.guard.choice import Choice
+from dynamic_treerpo.trainer.guard.terms import spec_at
 from dynamic_treerpo.trainer.guard.trail import Trail, TrailPoint
 from dynamic_treerpo.trainer.guard.weights import (
     choose_weight,
-    spec_at,
     validation_gain,
 )
 from dynamic_treerpo.trainer.training.guarded import guard_trainer, separate_validation_pairs

@@ -54,7 +54,7 @@ def test_a_cycle_between_layers_is_found_and_names_the_imports(tmp_path: Path) -
 @pytest.mark.parametrize("statement", ["import comfy.sd\n", "def f():\n    import folder_paths\n",
                                        "from comfy_api.latest import io\n"])
 def test_comfyui_imported_outside_its_two_doors_is_refused(tmp_path: Path, statement: str) -> None:
-    root = _tree(tmp_path, {"nodes/_comfy.py": "import comfy.sd\n", "nodes/sampling.py": statement,
+    root = _tree(tmp_path, {"nodes/comfy_door.py": "import comfy.sd\n", "nodes/sampling.py": statement,
                             "trainer/comfyui_host/__init__.py": "",
                             "trainer/comfyui_host/runner.py": "def boot():\n    import execution\n"})
     problems, _ = check_imports.analyse(root)

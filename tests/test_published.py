@@ -35,7 +35,7 @@ from dynamic_treerpo.trainer.core.dgpo import draw_timesteps as dgpo_timesteps
 from dynamic_treerpo.trainer.core.ema import ParameterEMA, ema_decay
 from dynamic_treerpo.trainer.core.flow import Gaussian, gaussian_log_prob, make_sigmas
 from dynamic_treerpo.trainer.core.nft import nft_loss, old_policy_decay, reward_weight, train_timesteps
-from dynamic_treerpo.trainer.core.objective import LossConfig, _edge_weights, prepare_targets
+from dynamic_treerpo.trainer.core.objective import LossConfig, edge_weights, prepare_targets
 from dynamic_treerpo.trainer.core.strategies import (
     BranchGRPOConfig,
     DiffusionNFTConfig,
@@ -297,10 +297,10 @@ def test_transition_weighting_weighs_every_edge_alike() -> None:
     config = BranchGRPOConfig(steps=6, splits=2, split_spacing=0.2)
     plan = branchgrpo_plan(config, make_sigmas("shift", 6))
     tree = rollout(lambda x, s, c: torch.zeros_like(x), None, plan, [0], (1, 2, 2))
-    weights = _edge_weights(tree, "transition")
+    weights = edge_weights(tree, "transition")
     trained = weights[tree.edge_train]
     assert torch.allclose(trained, torch.full_like(trained, 1.0 / trained.numel()))
-    layer = _edge_weights(tree, "layer")[tree.edge_train]
+    layer = edge_weights(tree, "layer")[tree.edge_train]
     assert not torch.allclose(layer, trained)  # the paper's reading weighs a split layer's edges less
 
 

@@ -34,8 +34,8 @@ def test_group_normalisation_makes_scales_irrelevant_and_weights_count(monkeypat
 
     a = torch.tensor([0.30, 0.31, 0.32, 0.29, 0.30, 0.31])   # a narrow reward (HPS-like)
     b = torch.tensor([3.0, 1.0, 2.0, -1.0, 1.0, 0.0])        # a wide one (ImageReward-like)
-    monkeypatch.setitem(registry._REWARDS, "a", registry.RewardEntry("scene_reward", False, ""))
-    monkeypatch.setitem(registry._REWARDS, "b", registry.RewardEntry("scene_reward", False, ""))
+    monkeypatch.setitem(registry.REWARDS, "a", registry.RewardEntry("scene_reward", False, ""))
+    monkeypatch.setitem(registry.REWARDS, "b", registry.RewardEntry("scene_reward", False, ""))
     groups = torch.tensor([0, 0, 0, 1, 1, 1])
     scores = {"reward_a": a, "reward_b": b}
     out = RewardMix("a,b").training_signal(scores, groups)
@@ -55,7 +55,7 @@ def test_the_raw_rule_is_the_reported_reward(monkeypatch) -> None:
     reports, so their global std keeps the spread between prompts."""
     from dynamic_treerpo.trainer.rewards import registry
 
-    monkeypatch.setitem(registry._REWARDS, "scene2", registry.RewardEntry("scene_reward", False, ""))
+    monkeypatch.setitem(registry.REWARDS, "scene2", registry.RewardEntry("scene_reward", False, ""))
     mix = RewardMix("scene:0.5,scene2:0.5")
     scores = {"reward_scene": torch.tensor([0.2, 0.4, 0.9, 1.0]),
               "reward_scene2": torch.tensor([1.0, 0.0, 0.5, 0.5])}
@@ -79,7 +79,7 @@ def test_mix_of_one_reward_is_that_reward_and_of_two_reports_each(monkeypatch) -
     from dynamic_treerpo.trainer.rewards import registry
 
     fake = registry.RewardEntry("scene_reward", False, "")
-    monkeypatch.setitem(registry._REWARDS, "scene2", fake)
+    monkeypatch.setitem(registry.REWARDS, "scene2", fake)
     both = RewardMix("scene:2,scene2:1")
     mixed = both(images, prompts)
     assert torch.allclose(mixed["reward"], 3 * mixed["reward_scene"])

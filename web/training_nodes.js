@@ -2,7 +2,7 @@
 // node's ordinary images after a run in place of its last live preview, and the guard's line.
 //
 // Progress line. The nodes send "iteration 3/12: reward 0.4582" or "tree 2/3 stored in ..." as ComfyUI's
-// progress text (nodes/_comfy.py, send_node_text). The classic view shows it in a text widget the frontend
+// progress text (nodes/comfy_door.py, send_node_text). The classic view shows it in a text widget the frontend
 // adds to the node on the first message. Nodes 2.0 (the setting Comfy.VueNodes.Enabled; frontend 1.32.9)
 // shows a node's widgets as they were when the node was added to the graph once a widget value has changed,
 // and a widget's later values only through its own callbacks, so there that line stays empty or absent.

@@ -1,7 +1,7 @@
 """Run ComfyUI workflows headless, in this process (``treerpo run-workflow``); the two workflow
 formats are converted by :mod:`trainer.comfyui_host.workflow_format`.
 
-Running: the pack imports ComfyUI in two places only, ``nodes/_comfy.py`` (the nodes' door) and this
+Running: the pack imports ComfyUI in two places only, ``nodes/comfy_door.py`` (the nodes' door) and this
 module, which is not a node but a host of ComfyUI (as ``main.py`` is) and imports ComfyUI from the
 folder the user points at (``make comfyui`` installs one). Every ComfyUI import sits inside a
 function, so importing ``trainer`` never needs ComfyUI. The pack itself is loaded from this checkout

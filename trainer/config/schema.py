@@ -25,6 +25,7 @@ from ..core.strategies import (
     StrategyConfig,
     TreeConfig,
 )
+from ..rewards.registry import PICKS
 from .layout import YamlLayout
 from .published import EvalEma, published_ema, published_loss, published_updates
 
@@ -36,7 +37,7 @@ EXPERIMENTAL_OPTIONS = (
     "flow_grpo.noise_pool", "branchgrpo.noise_pool",
     "loss.advantage_std", "loss.advantage_baseline", "loss.prm_scale", "loss.step_scale",
     "guard.steer",  # docs/picks.md, "What each lever gives"
-    "picks.pessimism",  # docs/picks.md: being measured (bench taste --set experimental.picks.pessimism=1)
+    "picks.pessimism",  # docs/picks.md, "What each lever gives"
 )
 BaselineLoss = Literal["published", "shared"]
 """``published``: a baseline strategy trains with its own published loss
@@ -236,8 +237,8 @@ class PicksConfig:
     model; in a pilot it ordered a hidden taste's pairs better than ``pooled``, docs/picks.md),
     ``pooled`` (pixels pooled on a few grids; the default before 0.4.0) or the image embedding of the
     ``pickscore`` / ``hps-v2.1`` reward's CLIP at ``backbone_weights``. ``head``: ``linear`` (a
-    Bradley-Terry score linear in the features' principal directions; measured more accurate from few
-    picks) or ``mlp`` (a two-layer head).
+    Bradley-Terry score linear in the features' principal directions; more accurate from few picks,
+    docs/picks.md, "How many picks") or ``mlp`` (a two-layer head).
     """
 
     mode: Literal["reward", "online"] = "reward"
@@ -296,25 +297,28 @@ class GuardConfig:
     of its own spread); ``off``: no guard, the reward's weights as written (the expert's fixed picks
     weight). ``limit``: the fall as a number instead. ``checkpoints``: how many, evenly spaced over the
     run; ``pairs``: validation prompt/seed pairs (drawn with ``seed``, never trained on), whose count
-    sets how precisely the fall is known (its standard error is about 0.2 / sqrt(pairs) on the scene
-    reward); ``margin``: how many standard errors of the measured fall must also fit under the limit
-    (1: the limit holds unless the measurement was unlucky by more than one standard error);
+    sets how precisely the fall is known (its standard error shrinks as ``1 / sqrt(pairs)``;
+    docs/picks.md gives its size on the scene reward); ``margin``: how many standard errors of the
+    measured fall must also fit under the limit (1: the limit holds unless the measurement was unlucky
+    by more than one standard error);
     ``strength_tries``: lower LoRA strengths measured for checkpoints past the limit; ``search``: how
     they are placed: ``bisect`` (the checkpoint with the most taste, halving the interval between the
     strongest strength known to fit and the weakest known not to, one measurement per try) or ``line``
     (the first version's: the first checkpoint past the limit and the one with the most taste, each where
-    a straight line from the base predicts the limit, and at 0.7 of that). On the embedded model 512
-    pairs and ``bisect`` reached 64% of the oracle frontier where 128 pairs and ``line`` reached 34%
-    (docs/picks.md); on a large model each pair is an image per measurement: set fewer (a wider
-    margin). ``steer``: the guard also
-    steers training: after each checkpoint a controller (``trainer/guard/controller.py``) sets the picks
-    weight of the next iterations from the measured fall, starting from the reward's own weight, so the
-    run ends near the limit whatever the taste (measured no better than the fixed weight: off).
+    a straight line from the base predicts the limit, and at 0.7 of that). The defaults, 512 pairs and
+    ``bisect``, replaced the first version's 128 pairs and ``line``, whose margin took most of the limit
+    (docs/picks.md, "What each lever gives", renders the comparison); on a large model each pair is an
+    image per measurement: set fewer (a wider margin). ``steer``: the guard also steers training: after
+    each checkpoint a controller (``trainer/guard/controller.py``) sets the picks weight of the next
+    iterations from the measured fall, starting from the reward's own weight, so the run ends near the
+    limit whatever the taste (off: it did no better than the fixed weight, docs/picks.md).
     ``weights``: the picks weights the guard tries (``trainer/guard/weights.py``): the same picks train
     once at each weight (the other terms share the rest as written) and the run whose chosen checkpoint
     gained the most personal reward on the validation pairs is kept; one training per weight. The
-    default, 0.3 and 0.5, reached 70% of the oracle frontier at 50 trees where 0.3 alone reached 63%
-    (docs/picks.md). ``[]``: the reward's own weights as written, one training (the expert's fixed weight).
+    default tries 0.3 and 0.5: the best weight differs per taste, and keeping the better of two runs
+    got more of the taste than 0.3 alone (docs/picks.md, "What each lever gives", and docs/results.md
+    render the figures). ``[]``: the reward's own weights as written, one training (the expert's fixed
+    weight).
     """
 
     keep: str | bool = "closely"  # YAML reads a bare ``off`` as false: both mean off
@@ -424,9 +428,9 @@ class TrainConfig:
         stray = sorted(set(self.reward_weights) - terms)
         if stray:
             raise ValueError(f"reward_weights names {stray[0]!r}, which is not in reward {self.reward!r}")
-        if "picks" in terms and not (self.data.picks or self.reward_weights.get("picks")):
+        if PICKS in terms and not (self.data.picks or self.reward_weights.get(PICKS)):
             raise ValueError("reward 'picks' needs a picks folder: data.picks: FOLDER (docs/picks.md)")
-        if self.picks.mode == "online" and "picks" in terms and self.strategy != "dynamic_treerpo":
+        if self.picks.mode == "online" and PICKS in terms and self.strategy != "dynamic_treerpo":
             raise ValueError("picks.mode online trains the picked trees with the tree's own objective: "
                              "strategy must be dynamic_treerpo")
         if self.strategy == "dgpo" and not self.lora.enabled:
@@ -442,8 +446,8 @@ class TrainConfig:
     @property
     def effective_reward_weights(self) -> dict[str, str]:
         """``reward_weights``, with ``data.picks`` as the ``picks`` reward's folder."""
-        if self.data.picks and "picks" not in self.reward_weights:
-            return {**self.reward_weights, "picks": self.data.picks}
+        if self.data.picks and PICKS not in self.reward_weights:
+            return {**self.reward_weights, PICKS: self.data.picks}
         return dict(self.reward_weights)
 
     @property
@@ -451,7 +455,7 @@ class TrainConfig:
         """Whether the reward names ``picks``."""
         from ..rewards.mix import parse_reward_spec
 
-        return any(t.name == "picks" for t in parse_reward_spec(self.reward))
+        return any(t.name == PICKS for t in parse_reward_spec(self.reward))
 
     @property
     def uses_published_loss(self) -> bool:

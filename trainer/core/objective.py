@@ -55,14 +55,16 @@ best sample that keeps the model a denoiser; one extra forward per prompt and la
 StepScale = Literal["none", "score"]
 """``none``: each step's log-density terms as they are (the anchors). ``score``: divided by the
 step's score scale ``|d mean / d v| / std`` (``flow.score_scale``), so a unit advantage pulls on the
-velocity equally at every step; without it the gradient grows ~20x from the first steps of a
-10-step schedule to the middle ones, and a sliding window hands Adam (whose second moment lags by
-~1/(1 - beta2) updates) a step size many times the configured one."""
+velocity equally at every step; without it the gradient grows many times over from the first steps
+of a 10-step schedule to the middle ones (measured: docs/algorithm.md, "What moved the previous
+embedded default"), and a sliding window hands Adam (whose second moment lags by ~1/(1 - beta2)
+updates) a step size many times the configured one."""
 PrmScale = Literal["logprob", "velocity"]
 """``logprob``: the LayerTuning term in the GRPO term's units, the element-averaged Gaussian
 negative log-likelihood (a KL between equal-std Gaussians) of the step the target velocity would
-take under the step the model takes. Without it the velocity MSE's gradient is hundreds of times
-the policy gradient's and, with Adam, drowns it. ``velocity``: the raw MSE of docs/algorithm.md."""
+take under the step the model takes. Without it the velocity MSE's gradient dwarfs the policy
+gradient's and, with Adam, drowns it (measured: docs/algorithm.md, "Loss"). ``velocity``: the raw MSE
+of docs/algorithm.md."""
 EdgeWeighting = Literal["layer", "transition"]
 """How the GRPO term averages its edges. ``layer`` (the paper's reading, docs/algorithm.md): a mean over
 tree layers of the mean over each layer's edges. ``transition``: every trained (sample, step) edge
@@ -149,7 +151,7 @@ def layer_groups(tree: Tree, forwards: Tensor) -> Tensor:
     return tree.fwd_prompt[forwards] * steps + tree.fwd_step[forwards]
 
 
-def _edge_weights(tree: Tree, weighting: EdgeWeighting = "layer") -> Tensor:
+def edge_weights(tree: Tree, weighting: EdgeWeighting = "layer") -> Tensor:
     """Per trained edge: ``1 / (layers * edges in the layer)`` (a mean over layers of edge means) or,
     ``transition``, ``1 / trained edges`` (every edge alike); 0 for untrained edges."""
     weight = torch.zeros(tree.edge_train.shape)
@@ -242,7 +244,7 @@ def prepare_targets(tree: Tree, rewards: Tensor, config: LossConfig,
             raise ValueError(f"unknown prm_target {config.prm_target!r}; "
                              "expected 'x0', 'path' or 'renoise'")
     factor = step_factors(tree, config.step_scale)
-    edge_weight = _edge_weights(tree, config.edge_weighting) * factor[tree.edge_forward]
+    edge_weight = edge_weights(tree, config.edge_weighting) * factor[tree.edge_forward]
     noise = None
     if config.prm_target == "renoise" and config.prm_lambda != 0.0:
         # one generator per prompt (its index in the whole batch): the same noise however the

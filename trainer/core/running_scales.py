@@ -1,10 +1,10 @@
 """Two running scales of a run, each a moving average over its iterations.
 
 **Clip spread**: clip bounds that bind, from a running estimate of how far the ratios move. With
-the element-averaged log-probability, ratios of an update stay within about 1e-5 of 1, so
-clip bounds of 1e-4..1e-3 would never bind (docs/algorithm.md). After each update the spread
-``quantile(|r - 1|)`` feeds an exponential moving average, and every clip bound is scaled so the
-top bound (``eps_high``, or ``fixed``) sits at that average.
+the element-averaged log-probability, ratios of an update stay far nearer 1 than the published clip
+bounds (1e-4..1e-3) reach, so those would never bind (docs/algorithm.md, "Loss").
+After each update the spread ``quantile(|r - 1|)`` feeds an exponential moving average, and every clip
+bound is scaled so the top bound (``eps_high``, or ``fixed``) sits at that average.
 
 **Reward scale**: ``s_ref`` of the corrected LayerTuning weight ``tanh(eta (V(n*) - mean_k) /
 s_ref)``, the usual spread of leaf rewards, so a layer's best-node gap is judged against how much

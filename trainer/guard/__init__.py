@@ -12,4 +12,5 @@ whose guard fall stays within the limit, and the person can take another one wit
 - :mod:`.tracker`: a run's checkpoints measured on validation pairs, and the choice among them
   (the training layer drives it: `trainer/training/guarded.py`);
 - :mod:`.figures`: the trade plot.
+- :mod:`.terms`: the reward spec split into the taste term and the guard terms.
 """

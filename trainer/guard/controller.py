@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 @dataclass(frozen=True)
 class ControllerConfig:
     """``limit``: the largest fall of the guard's mean the person allows (its own units). ``kp``, ``ki``,
-    ``kd``: the PID gains, per unit of fall (the fall is ~0.01-0.05 on the scene reward, so the gains are
-    large). ``start``: lambda before any measurement. ``most``: lambda's ceiling, so that the taste keeps
-    a weight of at least ``1 / (1 + most)``."""
+    ``kd``: the PID gains, per unit of fall (the limits are hundredths of the scene reward,
+    ``levels.KEEP_LEVELS``, so the gains are large). ``start``: lambda before any measurement. ``most``:
+    lambda's ceiling, so that the taste keeps a weight of at least ``1 / (1 + most)``."""
 
     limit: float
     kp: float = 20.0

@@ -5,8 +5,8 @@ held-out prompts of at most 0.01 / 0.02 / 0.05. Another guard (PickScore, CLIP, 
 scale, so there the same words mean the same fall *in units of the guard's own spread*: the standard
 deviation of its scores over the base model's validation images, measured at the start of every run.
 The scene reward's spread over the embedded model's held-out images is ``SCENE_SPREAD`` (measured on
-256 held-out pairs of the shipped base: 0.186), so "closely" is 0.02 / 0.186 = 0.11 of a guard's
-spread on any model.
+the shipped base), so "closely" is ``0.02 / SCENE_SPREAD`` of a guard's spread on any model
+(docs/picks.md gives both figures).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ GUARDED_PICKS_WEIGHT = 0.3
 """The picks weight a guarded reward is written at (the node, ``treerpo bench taste``); the guard then
 trains at each of ``guard.weights`` (``trainer/guard/weights.py``) and this is the first of them.
 With the strength search (``guard.search: bisect``) the weight matters less than
-it did: the oracle trained at 0.3, 0.5 and 0.8 then scaled back reached similar taste on two tastes of
-three, and the method at 0.6 reached less than at 0.3 (its strengths fell to 0.06-0.19, where the search's
-steps are coarse). At 0.15 a taste against the prompt barely moved. Measured: docs/picks.md, "What each
-lever gives"."""
+it did: the oracle trained at 0.3, 0.5 and 0.8 and then scaled back reached similar taste on most of the
+tastes tried, while the method at 0.6 reached less than at 0.3 (it trained far past the limit, and the
+strengths the search then took were coarse); at 0.15 a taste against the prompt barely moved
+(docs/picks.md, "What each lever gives", renders the measurements)."""
 SCENE_SCALE_GUARDS = ("scene",)
 """Guards whose words are read on the scene reward's own scale."""
 

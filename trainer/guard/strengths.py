@@ -3,8 +3,8 @@
 Along one checkpoint's line from the base model (strength 0) to the trained LoRA (strength 1) the taste
 grows with the strength, so the strongest strength whose fall fits the limit holds the most of that
 checkpoint's taste. The fall is far from proportional to the strength: on the embedded model it stays
-near 0 up to about half strength and then climbs (measured on 512 validation pairs: 0.0015 at 0.5, 0.024
-at 1 for one run), so a guess from a straight line lands well below the limit. Halving the interval
+near 0 up to about half strength and then climbs (docs/picks.md gives one run's measurements), so a
+guess from a straight line lands well below the limit. Halving the interval
 between the strongest strength known to fit and the weakest known not to finds it to 1/2^tries.
 """
 

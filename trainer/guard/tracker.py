@@ -24,10 +24,12 @@ from torch import Tensor
 from ..config.schema import GuardConfig, TrainConfig
 from ..lora.adapters import load_lora_state, lora_state_dict
 from ..rewards.mix import RewardMix, parse_reward_spec
+from ..rewards.registry import PICKS
 from .choice import Choice, allowed, choose, take
 from .controller import ControllerConfig, ControllerState, picks_weight, update
 from .levels import guard_limit
 from .strengths import bisect_strength
+from .terms import guard_spec
 from .trail import Trail, TrailPoint, paired_se, point_key, scaled_lora, snapshot
 
 Scores = Callable[[Tensor, Sequence[str]], dict[str, Tensor]]
@@ -46,16 +48,6 @@ class Steps(Protocol):
     def step(self, iteration: int) -> dict[str, Any]: ...
 
     def check_progress(self, iteration: int) -> None: ...
-
-
-def guard_spec(reward: str, taste: str) -> str:
-    """The terms of ``reward`` other than the taste, weights rescaled to sum to 1: the guard."""
-    terms = [t for t in parse_reward_spec(reward) if t.name != taste]
-    if not terms:
-        raise ValueError(f"reward {reward!r} has no term besides {taste!r} to guard prompt-following with: "
-                         "add one, e.g. scene (embedded model) or pickscore, or set guard.keep=off")
-    total = sum(t.weight for t in terms)
-    return ",".join(f"{t.name}:{t.weight / total:g}" for t in terms)
 
 
 @dataclass
@@ -91,7 +83,7 @@ class GuardedResult:
 class GuardedTraining:
     """Drive ``trainer`` for a run, measuring and keeping checkpoints; see the module docstring."""
 
-    def __init__(self, trainer: Steps, config: GuardConfig, images: Images, taste: str = "picks",
+    def __init__(self, trainer: Steps, config: GuardConfig, images: Images, taste: str = PICKS,
                  log: Callable[[str], None] = print, keep_images: int = 0,
                  previous: GuardedResult | None = None, reward_spec: str | None = None) -> None:
         """``images``: draws the validation images; ``taste``: the reward's taste term (the rest guard);

@@ -1,12 +1,12 @@
 """The guard chooses the picks weight too: the same picks trained once per weight, one run kept.
 
-Why: the best weight of the picks against prompt-following differs per taste (docs/picks.md). With a
-fixed weight the oracle itself gained +0.017 on one taste at 0.3 and +0.080 at 0.5. Each run already
-measures, on validation pairs and never on the hidden taste or the test pairs, how much personal reward
-its chosen checkpoint gained within the person's limit; the run that gained more is kept. On the 0.4.0
-table (5 tastes x 5 seeds, 50 labelled trees) choosing between 0.3 and 0.5 this way reached 68% of the
-oracle frontier against 62% at 0.3 alone (+6 points, 95% CI +2 to +10, exact p 0.004), at twice the
-training. Pure functions: the training layer trains the runs (``trainer/training/weighted.py``).
+Why: the best weight of the picks against prompt-following differs per taste: at a fixed weight even the
+oracle, trained on the hidden taste itself, gained far more of one taste at 0.5 than at 0.3. Each run
+already measures, on validation pairs and never on the hidden taste or the test pairs, how much personal
+reward its chosen checkpoint gained within the person's limit; the run that gained more is kept. Choosing
+between 0.3 and 0.5 this way got more of the oracle frontier than 0.3 alone, at twice the training
+(docs/picks.md, "What each lever gives", and docs/results.md render the figures). Pure functions: the
+training layer trains the runs (``trainer/training/weighted.py``).
 """
 
 from __future__ import annotations
@@ -15,25 +15,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..rewards.mix import parse_reward_spec
 from .choice import Choice
 from .trail import Trail
 
 DEFAULT_WEIGHTS = (0.3, 0.5)
 """The picks weights the guard tries by default (``guard.weights``): 0.3 alone was the earlier default."""
-
-
-def spec_at(reward: str, taste: str, weight: float) -> str:
-    """``reward`` with the ``taste`` term at ``weight`` and the other terms sharing ``1 - weight`` as they
-    were written: ``spec_at('picks:0.3,scene:0.7', 'picks', 0.5) == 'picks:0.5,scene:0.5'``."""
-    terms = parse_reward_spec(reward)
-    if taste not in {t.name for t in terms}:
-        raise ValueError(f"reward {reward!r} has no {taste!r} term to weigh")
-    others = sum(t.weight for t in terms if t.name != taste)
-    if others <= 0:
-        raise ValueError(f"reward {reward!r} has no term besides {taste!r} to share 1 - {weight:g}")
-    return ",".join(f"{t.name}:{weight if t.name == taste else (1.0 - weight) * t.weight / others:.6g}"
-                    for t in terms)
 
 
 def validation_gain(trail: Trail, choice: Choice) -> float:

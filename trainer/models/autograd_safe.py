@@ -3,7 +3,8 @@
 ComfyUI's diffusion models (FLUX, SD3) update activations in place (``img += attn``) after a layer
 norm has saved that very tensor for its backward. Plain autograd refuses such a graph; under
 gradient checkpointing the recomputed tensor is modified the same way and the gradient comes out
-silently wrong (measured: 30% off finite differences on FLUX's double blocks). Within
+silently wrong (far off finite differences on FLUX's double blocks; tests/test_comfy_policy.py compares
+the LoRA gradients with finite differences). Within
 :func:`out_of_place_updates`, ``a += b`` (and ``-=``, ``*=``, ``/=``) on a tensor that autograd is
 recording builds a new tensor instead: the value is the same, the saved one stays intact. Without
 gradients (sampling) the operators stay in place, exactly as the model was written.

@@ -6,8 +6,8 @@ share it orders as the person did is the *held-out pair accuracy*: how well the 
 other. It is measured with all the training trees of each fold and with ``FRACTIONS`` of them, on the
 same held-out pairs, and a line through accuracy against the log of the tree count gives the gain that
 half as many picks again would bring (from two thirds of the trees to all of them). Why a line through
-four sizes and not two: at 20 to 50 trees, one difference of two accuracies swings by a few points
-with which trees happen to be labelled; the slope is steadier.
+four sizes and not two: at 20 to 50 trees, one difference of two accuracies swings by more than
+``FLAT`` with which trees happen to be labelled; the slope is steadier.
 
 The rule (``advise``): below ``MIN_TREES`` no advice; below ``STOP_FROM`` "still rising"; from there,
 "stopped rising" once that gain is under ``FLAT``. ``advise`` is pure; ``learning_curve`` fits.

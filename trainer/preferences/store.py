@@ -32,7 +32,7 @@ from .records import (
 )
 
 TREES = "trees"
-META, TENSORS, PICKS = "tree.json", "tree.safetensors", "picks"
+META, TENSORS, PICKS_FOLDER = "tree.json", "tree.safetensors", "picks"  # a tree's files and its picks' folder
 
 
 def _stamp() -> str:
@@ -83,7 +83,7 @@ class PickStore:
             save_file(tree_tensors(tree), str(staging / TENSORS))
             for leaf, image in enumerate(images):
                 save_png(image, staging / leaf_image_name(leaf))
-            (staging / PICKS).mkdir()
+            (staging / PICKS_FOLDER).mkdir()
             (staging / META).write_text(meta.to_json(), encoding="utf-8")
             staging.rename(self.root / TREES / tree_id)  # atomic: the record appears whole
         except BaseException:
@@ -97,7 +97,7 @@ class PickStore:
         check_picks(list(liked), list(disliked), meta.leaves)
         picks = Picks(tuple(sorted({int(i) for i in liked})), tuple(sorted({int(i) for i in disliked})),
                       at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        atomic_write_text(self._folder(tree_id) / PICKS / f"{_stamp()}.json", picks.to_json())
+        atomic_write_text(self._folder(tree_id) / PICKS_FOLDER / f"{_stamp()}.json", picks.to_json())
         return picks
 
     # ------------------------------------------------------------------ reading
@@ -122,7 +122,7 @@ class PickStore:
 
     def picks(self, tree_id: str) -> Picks | None:
         """The newest choice made on ``tree_id``, None when it has none."""
-        saves = sorted((self._folder(tree_id) / PICKS).glob("*.json"))
+        saves = sorted((self._folder(tree_id) / PICKS_FOLDER).glob("*.json"))
         if not saves:
             return None
         return Picks.from_json(saves[-1].read_text(encoding="utf-8"), str(saves[-1]))

@@ -50,8 +50,8 @@ INSTALL_HINT = (
 )
 MODELS_HINT = "https://rapidai.github.io/RapidOCRDocs/ (model list)"
 # PaddleOCR's own detector default: images up to 960 px are detected at native size, larger ones
-# shrink. RapidOCR's default ("min side at least 736") upscales every 512 px image, costs 2-4x the
-# time on CPU and made more errors on wide images in our checks.
+# shrink. RapidOCR's default ("min side at least 736") upscales every 512 px image: several times the
+# time on CPU, and more errors on wide images in our checks.
 DET_LIMIT_TYPE, DET_LIMIT_SIDE = "max", 960
 TEXT_SCORE = 0.5  # recognitions below this confidence are dropped (RapidOCR's default)
 _QUOTED = re.compile(r'["“”]([^"“”]*)["“”]')

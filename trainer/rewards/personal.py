@@ -23,8 +23,7 @@ Heads (``picks.head``):
   (``preferences.linear_reward``: standardised, projected on 16 directions found on the picked trees'
   leaves, a Gaussian prior on the weights, fitted by Newton's method in milliseconds, no randomness).
   ``treerpo bench picking`` measured it ordering the hidden taste's pairs better than the two-layer
-  head from the same picks: +0.079 (95% CI +0.063 to +0.095) of pair accuracy at 25 trees on
-  ``larger_objects``, +0.037 on ``central_objects``, inconclusive on ``deep_shades`` (5 seeds).
+  head from the same picks (docs/picks.md, "How many picks", gives the figures per taste).
 - ``mlp``: a two-layer head on the standardised features (64 hidden units, AdamW), the first version.
 
 Why a small head on frozen features: 25 to 200 labelled trees give a few hundred to a few thousand

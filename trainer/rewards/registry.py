@@ -19,6 +19,9 @@ from ..compat.versions import check_versions
 
 RewardFn = Callable[[Tensor, Sequence[str]], dict[str, Tensor]]
 
+PICKS = "picks"
+"""The personal reward's name in a reward spec: fitted on a person's picks folder (docs/picks.md)."""
+
 
 @dataclass(frozen=True)
 class RewardEntry:
@@ -31,7 +34,8 @@ class RewardEntry:
     builder: str = "build"
 
 
-_REWARDS: dict[str, RewardEntry] = {
+# Every reward by name: a new reward is one entry here (a test may add a stand-in).
+REWARDS: dict[str, RewardEntry] = {
     "scene": RewardEntry("scene_reward", False, "none: the embedded default's programmatic reward"),
     "clip": RewardEntry("clip_family", True,
                         "a transformers CLIP folder, e.g. openai/clip-vit-large-patch14", "build_clip"),
@@ -47,22 +51,22 @@ _REWARDS: dict[str, RewardEntry] = {
                                "and vocab.txt from google-bert/bert-base-uncased"),
     "ocr": RewardEntry("ocr", False, "optional: a folder of PP-OCR ONNX models (default: the ones "
                                      "shipped in the rapidocr-onnxruntime wheel)"),
-    "picks": RewardEntry("personal", True, "a picks folder of labelled trees (data.picks; docs/picks.md): "
-                                           "a personal reward is fitted on its picks"),
+    PICKS: RewardEntry("personal", True, "a picks folder of labelled trees (data.picks; docs/picks.md): "
+                                         "a personal reward is fitted on its picks"),
     "function": RewardEntry("function", True, "MODULE:FUNCTION or FILE.py:FUNCTION of a Python function "
                                               "(images [B, 3, H, W] in [0, 1], prompts) -> B scores"),
 }
 
 
 def reward_names() -> list[str]:
-    return sorted(_REWARDS)
+    return sorted(REWARDS)
 
 
 def reward_entry(name: str) -> RewardEntry:
     """The registry entry of ``name``; an unknown name is a one-line error listing the known ones."""
-    if name not in _REWARDS:
+    if name not in REWARDS:
         raise ValueError(f"unknown reward {name!r}; available: {', '.join(reward_names())}")
-    return _REWARDS[name]
+    return REWARDS[name]
 
 
 def needs_weights(name: str) -> bool:

@@ -27,7 +27,7 @@ from ..embedded.policy import EmbeddedPolicy
 from ..lora.adapters import attach_lora
 from ..models.policy import Policy, check_policy
 from ..rewards.mix import RewardMix, parse_reward_spec
-from ..rewards.registry import RewardFn, get_reward
+from ..rewards.registry import PICKS, RewardFn, get_reward
 from .distributed import Dist, shard, wrap_model
 from .evaluate import EvalPair, PromptSource, clean_renders, eval_pairs_for
 from .nft import OldPolicy
@@ -85,7 +85,7 @@ def build_reward(config: TrainConfig) -> RewardMix:
         p = config.picks
         if shares_backbone(config):  # a guard term of the same CLIP: one copy serves both
             prebuilt[p.backbone] = get_reward(p.backbone, weights[p.backbone], device)
-        prebuilt["picks"] = personal_reward(weights["picks"], device, p.backbone, p.backbone_weights,
+        prebuilt[PICKS] = personal_reward(weights[PICKS], device, p.backbone, p.backbone_weights,
                                             built_backbone=prebuilt.get(p.backbone), head=p.head,
                                             pessimism=p.pessimism)
     return RewardMix(config.reward, weights, device, prebuilt)

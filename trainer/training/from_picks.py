@@ -29,20 +29,14 @@ import torch
 from ..config.schema import TrainConfig
 from ..core.advantages import combine_rewards
 from ..core.tree import Tree, concat_trees
+from ..guard.terms import guard_spec
 from ..models.policy import Policy
 from ..preferences.records import ModelId, TreeMeta
 from ..preferences.store import PickStore
 from ..rewards.mix import RewardMix, parse_reward_spec
+from ..rewards.registry import PICKS
 from .build import resolve_device
 from .loop import Rollout, Trainer
-
-PICKS = "picks"
-
-
-def guard_spec(reward: str) -> str | None:
-    """The terms of ``reward`` other than ``picks``, as a spec (None when there are none)."""
-    terms = [t for t in parse_reward_spec(reward) if t.name != PICKS]
-    return ",".join(f"{t.name}:{t.weight:g}" for t in terms) or None
 
 
 def _to(tree: Tree, device: torch.device) -> Tree:
@@ -81,9 +75,9 @@ class PicksTrainer(Trainer):
     def build_reward(self) -> RewardMix | None:
         """The other terms of ``reward`` (they score the stored leaves, and evaluations): the picks are
         values, not a function of an image."""
-        spec = guard_spec(self.config.reward)
-        if spec is None:
+        if all(name == PICKS for name in self.weights):
             return None
+        spec = guard_spec(self.config.reward, PICKS, rescale=False)
         weights = {k: v for k, v in self.config.effective_reward_weights.items() if k != PICKS}
         return RewardMix(spec, weights, resolve_device(self.config.model.device))
 

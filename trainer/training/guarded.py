@@ -23,12 +23,12 @@ from ..guard.figures import shown_points, trade_plot
 from ..guard.tracker import GuardedResult, GuardedTraining
 from ..guard.trail import Trail, point_key
 from ..rewards.mix import parse_reward_spec
+from ..rewards.registry import PICKS
 from ..utils.atomic import atomic_write_text
 from .evaluate import EvalPair, PromptSource, eval_pairs_for, generate, pairs_from_prompts
 from .logs import save_image_grid
 from .loop import Trainer
 
-PICKS = "picks"
 GRID_IMAGES = 4  # validation images kept per point for the before/after grid
 
 

@@ -10,20 +10,22 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from torch import Tensor
+
 from ..config.files import ConfigError, load_config, save_config
 from ..config.schema import TrainConfig
-from ..guard.tracker import GuardedTraining
-from ..guard.weights import choose_weight, spec_at, validation_gain
+from ..guard.terms import spec_at
+from ..guard.tracker import GuardedResult, GuardedTraining
+from ..rewards.registry import PICKS
 from ..utils.atomic import atomic_write_text
 from .checkpoint import load_latest, save_checkpoint
 from .distributed import Dist, barrier, setup, teardown
 from .factory import make_trainer
 from .guarded import (
-    PICKS,
     guard_trainer,
     guarded,
     load_guard,
@@ -43,6 +45,7 @@ from .logs import (
     save_image_grid,
 )
 from .loop import COLUMNS, SAMPLE_PAIRS, Trainer
+from .weighted import train_each_weight
 
 SUMMARY_KEYS = ("eval_reward", "eval_exact", "eval_colour", "eval_shape", "eval_position",
                 "eval_count", "drift")
@@ -96,10 +99,36 @@ def run_training(config: TrainConfig, run_dir: str | Path, resume: bool = False,
 
 
 def _run(config: TrainConfig, run_dir: Path, resume: bool, progress: bool, d: Dist) -> dict[str, Any]:
+    """One run into ``run_dir``: its folder opened, its iterations trained, its final artefacts written
+    (under the guard with several picks weights: a run per weight, one kept)."""
     if guarded(config) and len(config.guard.weights) > 1:
         return _run_weights(config, run_dir, resume, progress, d)
     if guarded(config) and config.guard.weights:  # one weight: the picks train at it
         config = at_weight(config, config.guard.weights[0])
+    run = _open_run(config, run_dir, resume, d)
+    final_images = _train_iterations(run, config, run_dir, progress)
+    return _finish_run(run, config, run_dir, final_images)
+
+
+@dataclass
+class _OpenRun:
+    """A run as :func:`_open_run` leaves it to train: its trainer, where it stands, what it writes to."""
+
+    d: Dist
+    trainer: Trainer
+    done: int  # iterations already trained (a resumed run)
+    wall: float  # seconds of training so far
+    metrics: MetricsCsv | None  # rank 0 alone writes the metrics
+    guard: GuardedTraining | None
+
+    @property
+    def main(self) -> bool:
+        return self.d.is_main
+
+
+def _open_run(config: TrainConfig, run_dir: Path, resume: bool, d: Dist) -> _OpenRun:
+    """The run folder checked and created, the trainer built (and resumed), the config saved, the guard
+    started and, on a fresh run, the base model evaluated."""
     metrics_path = run_dir / "metrics.csv"
     if metrics_path.exists() and not resume:
         raise ConfigError(f"run folder {run_dir} already holds a run; add --resume to continue it "
@@ -123,14 +152,21 @@ def _run(config: TrainConfig, run_dir: Path, resume: bool, progress: bool, d: Di
                             captions=[p.prompt for p in trainer.eval_pairs[:SAMPLE_PAIRS]])
     elif metrics is not None:
         metrics.truncate_after(done)
+    return _OpenRun(d, trainer, done, wall, metrics, guard)
+
+
+def _train_iterations(run: _OpenRun, config: TrainConfig, run_dir: Path, progress: bool) -> Tensor | None:
+    """The iterations left, each logged, evaluated, checkpointed and measured by the guard when due;
+    returns the last evaluation's images (None when no iteration was left)."""
+    trainer, metrics, guard, main = run.trainer, run.metrics, run.guard, run.main
     with TensorBoardLogger(run_dir / "tensorboard", enabled=main) as board:
-        bar = make_progress(config.iterations, initial=min(done, config.iterations),
+        bar = make_progress(config.iterations, initial=min(run.done, config.iterations),
                             desc=config.strategy, disable=not (progress and main))
         final_images = None
-        for it in range(done, config.iterations):
+        for it in range(run.done, config.iterations):
             row = trainer.step(it)
-            wall += row["iteration_s"]
-            row["wall_s"] = wall
+            run.wall += row["iteration_s"]
+            row["wall_s"] = run.wall
             last = it + 1 == config.iterations
             if (it + 1) % config.data.eval_every == 0 or last:
                 scores, final_images = trainer.evaluate()
@@ -140,7 +176,7 @@ def _run(config: TrainConfig, run_dir: Path, resume: bool, progress: bool, d: Di
             board.log(it + 1, finite_numbers(row))
             trainer.check_progress(it + 1)  # too many non-finite updates in a row: stop here
             if (it + 1) % config.checkpoint_every == 0 or last:
-                checkpoint(trainer, run_dir, it + 1, wall)
+                checkpoint(trainer, run_dir, it + 1, run.wall)
             if guard is not None and guard.is_checkpoint(it + 1, config.iterations):
                 guard.checkpoint(it + 1)
                 if main:
@@ -151,6 +187,14 @@ def _run(config: TrainConfig, run_dir: Path, resume: bool, progress: bool, d: Di
                             eval=f"{row.get('eval_reward', float('nan')):.3f}",
                             s_it=f"{row['iteration_s']:.2f}")
         bar.close()
+    return final_images
+
+
+def _finish_run(run: _OpenRun, config: TrainConfig, run_dir: Path, final_images: Tensor | None
+                ) -> dict[str, Any]:
+    """The guard's choice loaded, the LoRA exported, samples, plots and ``summary.json`` written (rank
+    0); returns the summary (``{}`` on the other ranks)."""
+    trainer, guard, main, d = run.trainer, run.guard, run.main, run.d
     guard_files: dict[str, Path] = {}
     chosen: dict[str, float] | None = None
     if guard is not None:  # the chosen checkpoint is what the run exports and shows
@@ -168,6 +212,7 @@ def _run(config: TrainConfig, run_dir: Path, resume: bool, progress: bool, d: Di
         return {}
     save_image_grid(final_images[:SAMPLE_PAIRS], run_dir / "samples" / "after.png", nrow=4,
                     captions=[p.prompt for p in trainer.eval_pairs[:SAMPLE_PAIRS]])
+    metrics_path = run_dir / "metrics.csv"
     rows = read_csv(metrics_path)
     plot_curves(rows, run_dir / "plots" / "reward.png",
                 ys=(("reward_mean", "eval_reward"), "eval_exact", ("loss", "grpo_loss", "prm_loss"),
@@ -202,12 +247,18 @@ def _run_weights(config: TrainConfig, run_dir: Path, resume: bool, progress: boo
     if d.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_resolved_config(config, run_dir)
-    runs = [_run(at_weight(config, w), folder, resume, progress, d)
-            for w, folder in zip(config.guard.weights, folders, strict=True)]
-    if not d.is_main:
+    runs: list[dict[str, Any]] = []
+
+    def train(i: int, weight: float) -> GuardedResult | None:
+        runs.append(_run(at_weight(config, weight), folders[i], resume, progress, d))
+        if not d.is_main:  # rank 0 alone reads the run folders
+            return None
+        return load_guard(folders[i] / "guard", config.guard.margin, snapshots=False)
+
+    measured = train_each_weight(config.guard.weights, train)
+    if measured is None:
         return {}
-    results = [load_guard(folder / "guard", config.guard.margin, snapshots=False) for folder in folders]
-    choice = choose_weight(config.guard.weights, [validation_gain(r.trail, r.choice) for r in results])
+    choice, results = measured
     kept = folders[choice.index]
     for part in ("lora", "guard", "samples", "plots"):
         if (kept / part).is_dir():

@@ -1,9 +1,11 @@
 """The guard trains the same picks at each of ``guard.weights`` and keeps one run (see
-``trainer/guard/weights.py``).
+``trainer/guard/weights.py``): :func:`train_each_weight` is that rule, for a front end's trainer here
+(:func:`train_at_weights`) and for a headless run's folder per weight (``trainer/training/run.py``).
 
-Every run starts from the same state (the LoRA as initialised or continued, the optimizer, the random
-draws), so the runs differ only in the picks weight: the trainer is reset between them instead of built
-again, which a front end's model (a ComfyUI MODEL) allows where loading it twice would not.
+In :func:`train_at_weights` every run starts from the same state (the LoRA as initialised or continued,
+the optimizer, the random draws), so the runs differ only in the picks weight: the trainer is reset
+between them instead of built again, which a front end's model (a ComfyUI MODEL) allows where loading it
+twice would not.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from typing import Any
 import torch
 
 from ..config.schema import TrainConfig
+from ..guard.terms import spec_at
 from ..guard.tracker import GuardedResult, GuardedTraining
-from ..guard.weights import WeightChoice, choose_weight, spec_at, validation_gain
+from ..guard.weights import WeightChoice, choose_weight, validation_gain
+from ..rewards.registry import PICKS
 from .loop import Trainer
 
-PICKS = "picks"
 Report = Callable[[int, dict[str, Any]], None]
 
 
@@ -61,6 +64,24 @@ class WeightedResult:
     histories: list[list[dict[str, Any]]]
 
 
+def train_each_weight(weights: Sequence[float], train: Callable[[int, float], GuardedResult | None]
+                      ) -> tuple[WeightChoice, list[GuardedResult]] | None:
+    """Train the picks once at each weight and choose the run to keep: ``train(index, weight)`` trains
+    that weight's run and returns its guarded result, and the run kept is the one whose chosen checkpoint
+    gained the most taste on the validation pairs (:func:`~..guard.weights.choose_weight`). The one rule
+    of both callers: :func:`train_at_weights` (one trainer, reset between the weights) and the headless
+    run (a run folder per weight, ``trainer/training/run.py``). ``train`` returns None in a process that
+    trains without reading the runs (a distributed run's ranks other than 0): every weight still trains,
+    and nothing is chosen (None)."""
+    results = [train(i, weight) for i, weight in enumerate(weights)]
+    measured = [r for r in results if r is not None]
+    if len(measured) < len(results):
+        return None
+    choice = choose_weight(list(weights), [validation_gain(r.trail, r.choice) for r in measured],
+                           [r.trail for r in measured])
+    return choice, measured
+
+
 def train_at_weights(trainer: Trainer, weights: Sequence[float],
                      tracker_for: Callable[[str], GuardedTraining], start: int, count: int,
                      on_iteration: Report | None = None, taste: str = PICKS, reward: str | None = None
@@ -72,19 +93,21 @@ def train_at_weights(trainer: Trainer, weights: Sequence[float],
     iterations of all runs in turn, counted from 1 to ``count * len(weights)``. ``reward``: the reward
     spec as written, when the trainer's config does not name it (a benchmark builds its own reward)."""
     begin = StartState.of(trainer)
-    results, histories, ends = [], [], []
-    for i, weight in enumerate(weights):
+    results: list[GuardedResult] = []
+    histories: list[list[dict[str, Any]]] = []
+    ends: list[StartState | None] = []
+
+    def train(i: int, weight: float) -> GuardedResult:
         if i:
             begin.restore(trainer)
         spec = spec_at(reward or trainer.config.reward, taste, weight)
         trainer.reward.set_share(taste, weight)
         history: list[dict[str, Any]] = []
 
-        def report(done: int, row: dict[str, Any], offset: int = i * count,
-                   rows: list[dict[str, Any]] = history) -> None:
-            rows.append(row)
+        def report(done: int, row: dict[str, Any]) -> None:
+            history.append(row)
             if on_iteration is not None:
-                on_iteration(offset + done, row)
+                on_iteration(i * count + done, row)
 
         tracker = tracker_for(spec)
         if results:
@@ -92,8 +115,11 @@ def train_at_weights(trainer: Trainer, weights: Sequence[float],
         results.append(tracker.run(start, count, report))
         histories.append(history)
         ends.append(StartState.of(trainer) if len(weights) > 1 else None)
-    choice = choose_weight(list(weights), [validation_gain(r.trail, r.choice) for r in results],
-                           [r.trail for r in results])
+        return results[-1]
+
+    runs = train_each_weight(weights, train)
+    assert runs is not None  # ``train`` measures every run here
+    choice, _ = runs
     kept, end = results[choice.index], ends[choice.index]
     if end is not None:  # a later step continues from where the kept run stopped training
         end.restore(trainer)

@@ -133,8 +133,9 @@ class EmbeddedConfig(comfy.supported_models_base.BASE):
     unet_config = {"disable_unet_model_creation": True}  # noqa: RUF012 - ComfyUI reads these
     sampling_settings = {"shift": 3.0, "multiplier": 1.0}  # noqa: RUF012
     latent_format = EmbeddedLatentFormat
-    # ComfyUI's estimate of a forward's memory scales with this: 0.1 gives about 4 MiB per 64x64 image on a
-    # CPU, where a batch of 256 measured 1.1 MiB each (1.0 overstated it 35 times)
+    # ComfyUI's estimate of a forward's memory scales with this: 1.0 overstated what a batch of the
+    # embedded model's 64x64 images needs on a CPU many times over; 0.1 still errs above it (docs/nodes.md
+    # gives the figures)
     memory_usage_factor = 0.1
     supported_inference_dtypes = [torch.float32]  # noqa: RUF012
 

@@ -14,13 +14,12 @@ from typing import Any
 
 import torch
 
-from ..trainer.core.flow import make_sigmas
-from ..trainer.core.strategies import build_plan
+from ..trainer.config.picks_budget import PICKS_BUDGET
 from ..trainer.guard.levels import DEFAULT_KEEP, GUARDED_PICKS_WEIGHT, KEEP_LEVELS
 from ..trainer.preferences.store import PickStore
 from ..trainer.rewards.registry import PICKS
 from ..trainer.training.from_picks import model_id, store_trees
-from ..trainer.training.plans import check_plan
+from ..trainer.training.plans import check_plan, picking_jobs, picking_plan, sampler_tree_config
 from ..trainer.training.session import TrainingState, picks_iterations, train_from_picks
 from .budget import MAX_LEAVES, check_memory, stored_latents
 from .checkpoints import outputs as guarded_outputs
@@ -37,7 +36,7 @@ from .comfy_door import (
 from .inputs import about, check_embedded_text, check_ranges, parse_lines, parse_weights
 from .picks_folders import PICKS_ROOT
 from .picks_folders import picks_folder as folder_of
-from .sampling import check_tree_inputs, tree_config
+from .sampling import check_tree_inputs
 from .training import (
     RunType,
     check_continuable,
@@ -143,7 +142,7 @@ class TreeRPOSampleToPick(io.ComfyNode):
                 branching: int, window_start: int, noise_level: float, picks_folder: str,
                 clip: Any = None, vae: Any = None, latent: dict | None = None) -> io.NodeOutput:
         folder = folder_of(picks_folder)
-        config = tree_config(steps, depth, branching, window_start, noise_level)
+        config = sampler_tree_config(steps, depth, branching, window_start, noise_level)
         if is_embedded(model):
             policy, shift = embedded_policy_of(model)
             identity = model_id(policy, "embedded")
@@ -156,10 +155,9 @@ class TreeRPOSampleToPick(io.ComfyNode):
             policy = comfy_policy(model, clip, vae, latent, family=family)
             shift = family.shift
             identity = model_id(policy, family.name)
-        sigmas = make_sigmas("shift", steps, shift, image_tokens=policy.image_tokens)
-        plan = build_plan(config, sigmas, window_start, seed=seed, noise_unshuffle=policy.latent_unshuffle)
-        jobs = [(p, seed + k * 1_000_003 + i) for i, p in enumerate(parse_lines(prompts))
-                for k in range(trees_per_prompt)]
+        plan = picking_plan(steps, depth, branching, window_start, noise_level, shift, seed,
+                            policy.image_tokens, policy.latent_unshuffle)
+        jobs = picking_jobs(parse_lines(prompts), trees_per_prompt, seed)
         store = PickStore(folder, create=True)
         report = node_progress(len(jobs))
         sampler = {"steps": steps, "depth": depth, "branching": branching, "window_start": window_start,
@@ -221,7 +219,8 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
                                    tooltip="the model the trees were drawn with (the same weights: another "
                                            "model's folder is refused)"),
                     folder_input(),
-                    io.Int.Input("iterations", display_name="training rounds", default=8, min=1, max=100000,
+                    io.Int.Input("iterations", display_name="training rounds",
+                                 default=PICKS_BUDGET.iterations, min=1, max=100000,
                                  tooltip="how many training rounds this node runs (iterations); while "
                                          "it keeps following the prompt, this many at each weight of "
                                          "your picks it tries"),
@@ -287,7 +286,7 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
                              "picked trees only): choose mode reward, or set it to off")
         with about("settings"):
             config = picks_config(1, [], guard_reward, picks_weight, weights, str(store.root), mode, 0,
-                                  settings, keep=keep_following)
+                                  settings, PICKS_BUDGET.overrides(), keep_following)
             check_plan(config)
             check_training_budget(config)
         return True
@@ -316,7 +315,8 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
             with about("picks_folder"):  # before any training: the trees must be this model's
                 labelled = store.check(model_id(policy, "embedded"))
             config = picks_config(iterations, folder_prompts(store, labelled), guard_reward, picks_weight,
-                                  weights, str(folder), mode, seed, settings, keep=keep_following)
+                                  weights, str(folder), mode, seed, settings, PICKS_BUDGET.overrides(),
+                                  keep_following)
             on_iteration = iteration_reporter(picks_iterations(config, iterations, previous))
             run = train_from_picks(policy, folder, config, iterations, previous, on_iteration)
             if run.guard is not None:

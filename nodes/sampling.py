@@ -16,6 +16,7 @@ from ..trainer.core.flow import SDE_KINDS
 from ..trainer.core.strategies import MixGRPOConfig, TreeConfig, build_plan
 from ..trainer.core.tree import Tree, rollout
 from ..trainer.rewards.mix import RewardMix
+from ..trainer.training.plans import sampler_tree_config as tree_config
 from .budget import MAX_LEAVES, check_leaves, check_memory, stored_latents
 from .comfy_door import (
     flow_family,
@@ -49,18 +50,6 @@ class SampledTree:
 SDE_HELP = ("how the random steps add noise (SDE form): flow_grpo = Flow-GRPO's (the default), dance = "
             "DanceGRPO's, cps = coefficient-preserving (keeps the image's brightness and contrast at "
             "high noise)")
-
-
-def tree_config(steps: int, depth: int, branching: int, window_start: int, noise_level: float,
-                noise_growth: float = 0.5, sde_kind: str = "flow_grpo") -> TreeConfig:
-    config = TreeConfig(steps=steps, window_start=window_start, depth=depth, branching=branching,
-                        noise_level=noise_level, noise_growth=noise_growth, sde_kind=sde_kind, tail="euler")
-    if depth >= steps:
-        raise ValueError(f"depth: {depth} splits need more than {steps} steps; use at most {steps - 1}")
-    if not 0 <= window_start <= config.max_window_start:
-        raise ValueError(f"window_start: {window_start} is too late; with {steps} steps and {depth} splits "
-                         f"it must be between 0 and {config.max_window_start}")
-    return config
 
 
 def check_tree_inputs(schema: io.Schema, steps: int, depth: int, branching: int, window_start: int) -> None:

@@ -50,3 +50,32 @@ def check_plan(config: TrainConfig) -> None:
 def iteration_seeds(seed: int, iteration: int, count: int) -> list[int]:
     """Per-prompt rollout seeds of one iteration."""
     return [int(s) for s in np.random.default_rng([seed, iteration, 1]).integers(0, 2**31 - 1, count)]
+
+
+def sampler_tree_config(steps: int, depth: int, branching: int, window_start: int, noise_level: float,
+                        noise_growth: float = 0.5, sde_kind: str = "flow_grpo") -> TreeConfig:
+    """The tree the sampling nodes grow (TreeRPO Tree Sampler, Sample Trees to Pick) from their widgets:
+    an Euler tail, checked for a depth and window that fit the steps (one line naming the widget)."""
+    config = TreeConfig(steps=steps, window_start=window_start, depth=depth, branching=branching,
+                        noise_level=noise_level, noise_growth=noise_growth, sde_kind=sde_kind, tail="euler")
+    if depth >= steps:
+        raise ValueError(f"depth: {depth} splits need more than {steps} steps; use at most {steps - 1}")
+    if not 0 <= window_start <= config.max_window_start:
+        raise ValueError(f"window_start: {window_start} is too late; with {steps} steps and {depth} splits "
+                         f"it must be between 0 and {config.max_window_start}")
+    return config
+
+
+def picking_plan(steps: int, depth: int, branching: int, window_start: int, noise_level: float, shift: float,
+                 seed: int, image_tokens: int, noise_unshuffle: int = 1) -> RolloutPlan:
+    """The plan of the trees TreeRPO Sample Trees to Pick grows for a person to pick from."""
+    config = sampler_tree_config(steps, depth, branching, window_start, noise_level)
+    sigmas = make_sigmas("shift", steps, shift, image_tokens=image_tokens)
+    return build_plan(config, sigmas, window_start, seed=seed, noise_unshuffle=noise_unshuffle)
+
+
+def picking_jobs(prompts: list[str], trees_per_prompt: int, seed: int) -> list[tuple[str, int]]:
+    """``(prompt, tree seed)`` of every tree Sample Trees to Pick grows, in order: each prompt's trees in
+    turn, so that another seed adds trees and never repeats one."""
+    return [(p, seed + k * 1_000_003 + i) for i, p in enumerate(prompts) for k in range(trees_per_prompt)]
+

@@ -26,13 +26,28 @@ def add_taste_commands(kinds: argparse._SubParsersAction) -> None:
                                      "the weight, from those runs), taste-check, taste-levers and "
                                      "taste-guard-steps.")
     t.add_argument("--tastes", default=None, metavar="NAME,NAME,...",
-                   help="hidden tastes: names of trainer/bench/taste/hidden_tastes.py or MODULE:FUNCTION / "
-                        "FILE.py:FUNCTION ((images, prompts) -> one score per image); default "
-                        "larger_objects, central_objects, deep_shades, lower_objects, warm_shades "
+                   help="hidden tastes: names of trainer/bench/taste/hidden_tastes.py, family_NN of the "
+                        "generated family (trainer/bench/taste/family.py; 'family' names all of it), or "
+                        "MODULE:FUNCTION / FILE.py:FUNCTION ((images, prompts) -> one score per image); "
+                        "default larger_objects, central_objects, deep_shades, lower_objects, warm_shades "
                         "(--quick: larger_objects, lower_objects)")
+    t.add_argument("--budget", choices=("shipped", "bench-0.5"), default="shipped",
+                   help="shipped: the method as the node runs it with its defaults (trainer/config/"
+                        "picks_budget.py; the default); bench-0.5: 0.5.0's benchmark budget and loop")
+    t.add_argument("--template", action="store_true",
+                   help="the pick-and-train template as it opens: its 12 trees of 3 prompts, every one "
+                        "labelled, the node's training, measured on its own prompts at unseen seeds")
+    t.add_argument("--every-point", action="store_true",
+                   help="measure every checkpoint and strength on the test pairs (what the reward gained and "
+                        "what the guard's choice lost, told apart); costs a test measurement per point")
+    t.add_argument("--frontier-weights", default=None, metavar="W,W,...",
+                   help="the weights the oracle frontier trains the hidden taste at (default 0.3,0.5,0.8)")
+    t.add_argument("--no-steered-frontier", action="store_true",
+                   help="leave the guard-steered run out of the frontier (a cheaper frontier)")
     t.add_argument("--trees", type=int, default=None, help="labelled trees (default 100)")
     t.add_argument("--seeds", type=int, default=None, help="seeds (default 5)")
-    t.add_argument("--iterations", type=int, default=None, help="training iterations per run (default 24)")
+    t.add_argument("--iterations", type=int, default=None,
+                   help="training iterations per run (default: the budget's)")
     t.add_argument("--at", default=None, metavar="N,N,...",
                    help="labelled-tree counts to measure at (default 25,50,100; always --trees)")
     t.add_argument("--keep", choices=("strictly", "closely", "loosely"), default=None,
@@ -100,7 +115,7 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
     from .summary import format_summary
 
     default = QUICK_TASTES if args.quick else TASTE_SET
-    tastes = [t.strip() for t in args.tastes.split(",")] if args.tastes else list(default)
+    tastes = named_tastes(args.tastes) if args.tastes else list(default)
     outs = [args.out / t.rpartition(":")[2] for t in tastes]
     command = taste_command(args)
     blocks = [(p, o) for p, o in ((args.readme, "--readme"), (args.summary, "--summary")) if p is not None]
@@ -129,17 +144,37 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
     return 0
 
 
+def named_tastes(text: str) -> list[str]:
+    """The tastes of ``--tastes``: ``family`` stands for every taste of the generated family."""
+    from .family import FAMILY
+
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    return [n for name in names for n in (list(FAMILY) if name == "family" else [name])]
+
+
 def taste_budget(args: argparse.Namespace) -> Any:
-    """The budget ``bench taste``'s options ask for (``--quick``'s, or the published one, changed)."""
+    """The budget ``bench taste``'s options ask for (``--quick``'s, the template's, the shipped one or
+    0.5.0's, changed)."""
     from dataclasses import replace
 
     from ...config.schema import check_weights
-    from .budget import QUICK, TasteBudget
+    from .budget import BENCH_050, QUICK, TasteBudget, template_budget
 
-    budget = QUICK if args.quick else TasteBudget()
+    if args.quick:
+        budget = QUICK
+    elif args.template:
+        budget = template_budget()
+    else:
+        budget = BENCH_050 if getattr(args, "budget", "shipped") == "bench-0.5" else TasteBudget()
     given = (("trees", args.trees), ("seeds", args.seeds), ("iterations", args.iterations),
              ("keep", args.keep), ("rounds", args.rounds), ("mistakes", args.mistakes))
     changes: dict[str, object] = {k: v for k, v in given if v is not None}
+    if getattr(args, "every_point", False):
+        changes["every_point"] = True
+    if getattr(args, "frontier_weights", None):
+        changes["frontier_weights"] = tuple(float(w) for w in args.frontier_weights.split(","))
+    if getattr(args, "no_steered_frontier", False):
+        changes["frontier_steer"] = False
     if args.at:
         changes["at"] = tuple(int(n) for n in args.at.split(","))
     if args.picks_weights:
@@ -169,10 +204,15 @@ def taste_command(args: argparse.Namespace) -> str:
     import shlex
 
     parts = ["treerpo", "bench", "taste"]
-    flags = ("tastes", "trees", "seeds", "iterations", "at", "keep", "rounds", "mistakes", "picks_weights")
+    flags = ("tastes", "trees", "seeds", "iterations", "at", "keep", "rounds", "mistakes", "picks_weights",
+             "frontier_weights")
     for flag in flags:
-        if getattr(args, flag) is not None:
+        if getattr(args, flag, None) is not None:
             parts += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    if getattr(args, "budget", "shipped") != "shipped":
+        parts += ["--budget", args.budget]
+    for flag in ("template", "every_point", "no_steered_frontier"):
+        parts += [f"--{flag.replace('_', '-')}"] * bool(getattr(args, flag, False))
     parts += ["--quick"] * args.quick
     for override in args.overrides:
         parts += ["--set", override]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,8 @@ from ...training.guarded import guard_trainer
 from ...training.loop import Trainer
 from ..common.provenance import check_resume
 from .budget import FRONTIER_ONLY, SeedResult, TasteBudget, bench_config
-from .hidden_tastes import function_spec
 from .measure import grid_images
+from .person import taste_spec
 from .storage import budget_fields, load_json, run_piece, seed_results
 
 
@@ -31,17 +31,24 @@ def _quiet(_: str) -> None:
 
 
 def frontier_run(budget: TasteBudget, seed: int, weight: float, taste_name: str, extra: Sequence[str],
-                 keep: dict[str, torch.Tensor] | None = None, steer: bool = False) -> dict[str, Any]:
+                 keep: dict[str, torch.Tensor] | None = None, steer: bool = False, bed: Any = None
+                 ) -> dict[str, Any]:
     """The hidden taste as the reward at ``weight``: checkpoints, and lower LoRA strengths of those past the
     limit as the guard tries them, measured on the test pairs; the best one whose scene fall is within the
     limit (margin 0: the frontier is chosen on the test figures). Without the strengths the frontier
     would not be a ceiling for the method, which may scale its LoRA down. ``steer``: the guard steers the
-    weight from ``weight`` on (measuring on the test pairs), the method's own way to the limit."""
-    function = {"function": function_spec(taste_name)} if ":" not in taste_name else {"function": taste_name}
+    weight from ``weight`` on (measuring on the test pairs), the method's own way to the limit. ``bed``: a
+    seed's test bed whose prompts file the frontier trains on (the template row), measured on its pairs."""
+    function = {"function": taste_spec(taste_name)}
     config = bench_config(budget, seed, f"function:{weight:g},scene:{1 - weight:g}", function,
                           [*extra, f"guard.strength_tries={budget.frontier_strengths}", "guard.margin=0",
                            "guard.search=bisect", f"experimental.guard.steer={str(steer).lower()}"])
-    trainer = Trainer(config)
+    if bed is not None and bed.prompts_file is not None:
+        config = replace(config, data=replace(config.data, prompts=str(bed.prompts_file)))
+        trainer = Trainer(config, evaluation=False)
+        trainer.eval_pairs = list(bed.pairs)
+    else:
+        trainer = Trainer(config)
     tracker = guard_trainer(trainer, trainer.eval_pairs, taste="function", log=_quiet, exclude_pairs=False)
     result = tracker.run(0, budget.iterations)
     trail = result.trail
@@ -61,7 +68,7 @@ def frontier_run(budget: TasteBudget, seed: int, weight: float, taste_name: str,
 
 def frontier_runs(budget: TasteBudget, result: SeedResult, taste_spec: str, extra: Sequence[str],
                   log: Callable[[str], None], keep: dict[str, torch.Tensor] | None = None,
-                  pieces: Path | None = None) -> dict[str, Any]:
+                  pieces: Path | None = None, bed: Any = None) -> dict[str, Any]:
     """The frontier at every weight into ``result`` (its ``frontier`` and ``oracle``); the best run.
     ``pieces``: where each finished arm is kept until the seed is whole (a stopped run resumes there)."""
     name = taste_spec.rpartition(":")[2]
@@ -70,7 +77,7 @@ def frontier_runs(budget: TasteBudget, result: SeedResult, taste_spec: str, extr
     arms += [("steered", budget.picks_weight, True)] if budget.frontier_steer else []
     for key, weight, steer in arms:
         def arm(w: float = weight, s: bool = steer) -> dict[str, Any]:
-            return frontier_run(budget, result.seed, w, taste_spec, extra, keep, s)
+            return frontier_run(budget, result.seed, w, taste_spec, extra, keep, s, bed)
         run = run_piece(pieces, f"frontier_{key}", keep, arm)
         result.frontier[key] = run
         what = "steered by the guard" if steer else f"at weight {weight:g}"

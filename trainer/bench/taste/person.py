@@ -19,14 +19,29 @@ from torch import Tensor
 Taste = Callable[[Tensor, Sequence[str]], Tensor]
 
 
+def taste_spec(name: str) -> str:
+    """The ``function`` reward's spec of a taste: a named one (``hidden_tastes.py``), one of the generated
+    family (``family.py``), or a ``MODULE:FUNCTION`` / ``FILE.py:FUNCTION`` as given."""
+    from . import family, hidden_tastes
+
+    if ":" in name:
+        return name
+    if name in family.FAMILY:
+        return f"{family.MODULE}:{name}"
+    return hidden_tastes.function_spec(name)
+
+
 def load_taste(spec: str) -> tuple[str, Taste]:
-    """``(name, function)`` of a taste: a name of ``hidden_tastes.TASTES``, or ``MODULE:FUNCTION`` /
-    ``FILE.py:FUNCTION`` (the ``function`` reward's loader)."""
+    """``(name, function)`` of a taste: a name of ``hidden_tastes.TASTES`` or of the generated family, or
+    ``MODULE:FUNCTION`` / ``FILE.py:FUNCTION`` (the ``function`` reward's loader)."""
     from ...rewards.function import load_function
+    from .family import FAMILY
     from .hidden_tastes import TASTES
 
     if spec in TASTES:
         return spec, TASTES[spec]
+    if spec in FAMILY:
+        return spec, FAMILY[spec]
     fn = load_function(spec)
     return spec.rpartition(":")[2], lambda images, prompts: torch.as_tensor(fn(images, list(prompts))).float()
 

@@ -30,6 +30,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -38,9 +39,19 @@ from ...preferences.store import PickStore
 from ...rewards.registry import get_reward
 from ...training.loop import Trainer
 from ..common.provenance import check_resume, provenance
+from .as_node import measure_pairs, node_round
 from .budget import SeedResult, TasteBudget, bench_config
 from .frontier import best_frontier, borrowed_frontiers, frontier_name, frontier_runs, redo_frontier
-from .measure import grid_images, grid_tree_count, measure, measure_base, write_grid
+from .measure import (
+    TestBed,
+    bed_images,
+    grid_images,
+    grid_tree_count,
+    measure,
+    measure_base,
+    test_bed,
+    write_grid,
+)
 from .method import (
     fit_picks,
     on_policy_accuracy,
@@ -61,7 +72,7 @@ from .storage import (
     seed_results,
     write_taste_json,
 )
-from .trees import first_plan, person_trees, tree_seeds
+from .trees import first_plan, person_trees, template_trees, tree_seeds
 
 
 def _quiet(_: str) -> None:
@@ -117,7 +128,7 @@ ON_POLICY_TREES = 8
 reward's pair accuracy is measured: does the reward still order what training moved to?"""
 
 
-def on_policy_check(budget: TasteBudget, seed: int, n: int, trainer: Trainer, fit: Any, store: PickStore,
+def on_policy_check(budget: TasteBudget, seed: int, n: int, trainer: Any, fit: Any, store: PickStore,
                     ids: Sequence[str], person: SimulatedPerson) -> dict[str, Any]:
     """The personal reward's pair accuracy on ``ON_POLICY_TREES`` trees of the chosen model (the prompts of
     the person's first trees, other seeds), beside its held-out accuracy on base-model trees. The trees go
@@ -142,10 +153,12 @@ def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extr
     name, taste = load_taste(taste_spec)
     scene = get_reward("scene")
     keep: dict[str, torch.Tensor] | None = {} if grid is not None else None
-    probe = Trainer(bench_config(budget, seed, "scene", {}, extra))
-    before = measure(probe, taste, scene)
+    probe = Trainer(bench_config(budget, seed, "scene", {}, extra), evaluation=not budget.template)
+    bed = test_bed(budget, probe, folder)
+    before = measure_pairs(probe.policy, bed.pairs, bed.sigmas, probe.config.max_batch, taste, scene)
     if keep is not None:
-        keep["before"] = grid_images(probe)
+        keep["before"] = bed_images(probe.policy, bed, probe.config.max_batch)
+    shift = probe.config.sampling.shift
     del probe
     result = SeedResult(seed, before["taste"], before["scene"])
     if frontier is not None:
@@ -154,19 +167,16 @@ def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extr
         result.oracle = {"taste": best["taste"], "scene": best["scene"], "weight": best["weight"]}
         log(f"{name} seed {seed}: the frontier of --frontier-from, taste {best['gain']:+.4f}")
     else:
-        best = frontier_runs(budget, result, taste_spec, extra, log, keep, pieces)
+        best = frontier_runs(budget, result, taste_spec, extra, log, keep, pieces, bed)
     if keep is not None:  # one frontier row in the grid: the best weight's
         best_row = f"frontier {frontier_name(best['weight'])}"
         keep = {k: v for k, v in keep.items() if not k.startswith("frontier") or k == best_row}
     person = SimulatedPerson(taste, budget.likes, budget.dislikes, budget.mistakes)
-    store, ids = person_trees(budget, seed, folder / f"seed{seed}", person, extra)
-    def method(n: int, shown: dict[str, torch.Tensor] | None) -> dict[str, Any]:
-        if budget.rounds == 2:
-            return two_rounds(budget, seed, store, ids, n, taste, scene, extra, person, before, shown)
-        run, (trainer, fit) = one_round(budget, seed, store, ids[:n], taste, scene, extra, shown, before)
-        run["on_policy"] = on_policy_check(budget, seed, n, trainer, fit, store, ids[:n], person)
-        return run
-
+    if budget.template:
+        store, ids = template_trees(seed, folder / f"seed{seed}", person, shift)
+    else:
+        store, ids = person_trees(budget, seed, folder / f"seed{seed}", person, extra)
+    method = seed_method(budget, seed, store, ids, taste, scene, extra, person, before, folder, bed)
     for n in budget.tree_counts():
         shown = keep if keep is not None and n == grid_tree_count(budget) else None
         run = run_piece(pieces, f"trees_{n}", shown, lambda n=n, shown=shown: method(n, shown))
@@ -177,6 +187,30 @@ def run_seed(budget: TasteBudget, seed: int, taste_spec: str, folder: Path, extr
     if grid is not None and keep:
         write_grid(keep, grid)
     return result
+
+
+def seed_method(budget: TasteBudget, seed: int, store: PickStore, ids: Sequence[str], taste: Taste,
+                scene: Callable[..., Any], extra: Sequence[str], person: SimulatedPerson,
+                before: dict[str, float], folder: Path, bed: TestBed
+                ) -> Callable[[int, dict[str, torch.Tensor] | None], dict[str, Any]]:
+    """The method of a seed at ``n`` labelled trees: as the node runs it (``as_node``), or the benchmark's
+    own loop of runs stored before 0.6 (one round or two), each with its on-policy check."""
+    def method(n: int, shown: dict[str, torch.Tensor] | None) -> dict[str, Any]:
+        if budget.as_node:
+            work = folder / f"seed{seed}_trees{n}"
+            work.mkdir(parents=True, exist_ok=True)
+            run, (policy, state, fit) = node_round(budget, seed, store, ids[:n], work, bed, taste, scene,
+                                                   before, extra, shown)
+            trained = SimpleNamespace(policy=policy, config=state.config)
+            run["on_policy"] = on_policy_check(budget, seed, n, trained, fit, store, ids[:n], person)
+            return run
+        if budget.rounds == 2:
+            return two_rounds(budget, seed, store, ids, n, taste, scene, extra, person, before, shown)
+        run, (trainer, fit) = one_round(budget, seed, store, ids[:n], taste, scene, extra, shown, before)
+        run["on_policy"] = on_policy_check(budget, seed, n, trainer, fit, store, ids[:n], person)
+        return run
+
+    return method
 
 
 def run_taste(budget: TasteBudget, taste: str, out: Path, extra: Sequence[str] = (),

@@ -42,10 +42,16 @@ def per_seed_budget(budget: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in budget.items() if k != "seeds" and k not in FRONTIER_ONLY}
 
 
+LEGACY_FIELDS = {"frontier_strengths": 0, "picks_weights": [], "lora_rank": None, "lora_alpha": None,
+                 "as_node": False, "template": False, "every_point": False}
+"""What a ``taste.json`` written before a budget field existed ran with: no frontier strengths, the picks
+weight alone (before the guard chose it), the config's LoRA size and the benchmark's own loop (before the
+method ran as the node does, 0.6)."""
+
+
 def budget_fields(data: dict[str, Any]) -> dict[str, Any]:
-    """A ``taste.json``'s budget; one written before ``frontier_strengths`` existed had none (0), one
-    written before the guard chose the weight trained at ``picks_weight`` alone (no ``picks_weights``)."""
-    return {"frontier_strengths": 0, "picks_weights": [], **data["budget"]}
+    """A ``taste.json``'s budget, the fields it predates filled with what it ran (:data:`LEGACY_FIELDS`)."""
+    return {**LEGACY_FIELDS, **data["budget"]}
 
 
 def stored_budget(data: dict[str, Any]) -> TasteBudget:

@@ -78,6 +78,49 @@ def sensitivity(results: Sequence[Any], n: int, frontier: Sequence[float]) -> di
     return out
 
 
+def best_on_test(run: dict[str, Any], taste_before: float, scene_before: float) -> float:
+    """The most taste any point of a method run gained on the test pairs whose test fall of
+    prompt-following stayed within the limit: what the run offered, had the choice read the test pairs."""
+    ok = [p["test_taste"] - taste_before for p in run["points"]
+          if p["test_scene"] - scene_before >= -run["limit"]]
+    return max([0.0, *ok])
+
+
+def exchange_rate(points: Sequence[dict[str, Any]], taste: str, scene: str, base: dict[str, Any]) -> float:
+    """Taste gained per unit of prompt-following lost along a run's points: the slope through the origin
+    of gain against fall (points that lost nothing left out). A reward that leads training where the taste
+    lies gains more taste for the same fall."""
+    pairs = [(p[taste] - base[taste], base[scene] - p[scene]) for p in points if p["iteration"] > 0
+             and base[scene] - p[scene] > 1e-3]
+    if not pairs:
+        return math.nan
+    return sum(g * f for g, f in pairs) / sum(f * f for _, f in pairs)
+
+
+def split(results: Sequence[Any], n: int, frontier: Sequence[float]) -> dict[str, Any]:
+    """With every point measured on the test pairs: the share of the frontier the run offered at its best
+    point within the limit (what the reward led training to) and the share the guard's choice kept (what
+    choosing on validation pairs lost), and the taste per unit of fall of the method's points against the
+    frontier's (the frontier measures its trail on the test pairs)."""
+    offered = [best_on_test(r.reward[n], r.taste_before, r.scene_before) for r in results]
+    chosen = [r.reward[n]["taste"] - r.taste_before for r in results]
+    mean_frontier = statistics.fmean(frontier)
+    method_rates = [exchange_rate(r.reward[n]["points"], "test_taste", "test_scene", r.reward[n]["points"][0])
+                    for r in results]
+    oracle_rates = []
+    for r in results:
+        best = max(r.frontier.values(), key=lambda f: f["gain"])
+        pts = best.get("points") or []
+        oracle_rates.append(exchange_rate(pts, "taste", "guard", pts[0]) if pts else math.nan)
+    finite = [(m, o) for m, o in zip(method_rates, oracle_rates, strict=True)
+              if math.isfinite(m * o) and o > 0]
+    return {"offered": estimate(offered), "chosen": estimate(chosen),
+            "offered_share": statistics.fmean(offered) / mean_frontier if mean_frontier > 0 else math.nan,
+            "chosen_share": statistics.fmean(chosen) / mean_frontier if mean_frontier > 0 else math.nan,
+            "method_rate": estimate([m for m, _ in finite]) if finite else None,
+            "oracle_rate": estimate([o for _, o in finite]) if finite else None}
+
+
 def by_trees(results: Sequence[Any], n: int) -> dict[str, Any]:
     """The figures at ``n`` labelled trees, paired per seed with that seed's frontier."""
     gains = [r.reward[n]["taste"] - r.taste_before for r in results]
@@ -96,6 +139,11 @@ def by_trees(results: Sequence[Any], n: int) -> dict[str, Any]:
                                                           for r in results)
     if all("test_taste" in r.reward[n]["points"][0] for r in results):
         row["margins"] = sensitivity(results, n, frontier)
+    if all("costs" in r.reward[n] for r in results):
+        row["costs"] = {k: statistics.fmean(r.reward[n]["costs"][k] for r in results)
+                        for k in results[0].reward[n]["costs"]}
+    if all(all("test_taste" in p for p in r.reward[n]["points"]) for r in results):
+        row["split"] = split(results, n, frontier)
     target = target_for(n)
     if target is not None:
         margins = [g - target * f for g, f in zip(gains, frontier, strict=True)]
@@ -191,5 +239,13 @@ def format_summary(summary: dict[str, Any]) -> str:
         if "target" in row:
             t = row["target"]
             text += f"; target {t['share']:.0%}: {t['reading']} (margin {_pm(t['margin'])})"
+        if "split" in row:
+            sp = row["split"]
+            text += (f"; offered {sp['offered_share']:.0%} of the frontier at its best test point, the "
+                     f"choice kept {sp['chosen_share']:.0%}")
+        if "costs" in row:
+            c = row["costs"]
+            text += (f"; cost {c['seconds']:.0f} s, {c['training_images']:.0f} training and "
+                     f"{c['guard_images']:.0f} guard images")
         lines.append(text)
     return "\n".join(lines)

@@ -59,3 +59,27 @@ def person_trees(budget: TasteBudget, seed: int, folder: Path, person: Simulated
                       model_id(policy, "embedded"), max_batch=config.max_batch)
     label_trees(store, ids, person, random.Random(seed * 7919 + 1))
     return store, ids
+
+
+def template_trees(seed: int, folder: Path, person: SimulatedPerson, shift: float
+                   ) -> tuple[PickStore, list[str]]:
+    """The trees the pick-and-train template grows with its seed widget at ``seed`` (its prompts, trees
+    per prompt and tree shape, ``PICKS_BUDGET.template``), labelled by the person: what a person who
+    opens the template and presses run picks from."""
+    from ...config.picks_budget import PICKS_BUDGET
+    from ...embedded.policy import EmbeddedPolicy
+    from ...training.plans import picking_jobs, picking_plan
+
+    t = PICKS_BUDGET.template
+    policy = EmbeddedPolicy.from_pretrained()
+    store = PickStore(folder, create=True)
+    plan = picking_plan(t.steps, t.depth, t.branching, t.window_start, t.noise_level, shift, seed,
+                        policy.image_tokens, policy.latent_unshuffle)
+    sampler = {"steps": t.steps, "depth": t.depth, "branching": t.branching, "window_start": t.window_start,
+               "noise_level": t.noise_level, "shift": shift}
+    identity = model_id(policy, "embedded")
+    ids: list[str] = []
+    for prompt, tree_seed in picking_jobs(list(t.prompts), t.trees_per_prompt, seed):
+        ids += store_trees(policy, store, [prompt], [tree_seed], plan, identity, sampler)
+    label_trees(store, ids, person, random.Random(seed * 7919 + 1))
+    return store, ids

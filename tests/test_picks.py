@@ -253,8 +253,8 @@ def test_train_command_reads_the_folder(labelled_folder, tmp_path: Path) -> None
 
 def test_bench_taste_quick_measures_two_tastes_against_their_frontier(tmp_path: Path) -> None:
     """CI's run of ``treerpo bench taste --quick``: larger_objects and lower_objects (which pulls against the
-    prompt), each with the default method under the guard in two rounds of picks, and its oracle frontier
-    (fixed weights and the guard steering)."""
+    prompt), each with the method as the node runs it under the guard (at both picks weights, one run kept,
+    its cost recorded), and its oracle frontier (fixed weights and the guard steering)."""
     page = tmp_path / "results.md"
     page.write_text("# Results\n\nthe protocol's figures\n\n<!-- bench taste t, picks 0.2: begin -->\nold\n"
                     "<!-- bench taste t, picks 0.2: end -->\n")
@@ -277,8 +277,8 @@ def test_bench_taste_quick_measures_two_tastes_against_their_frontier(tmp_path: 
             assert all("reason" in c and c["iteration"] in (0, 1, 2) for c in figures["chosen"])
             frontier = [max(f["gain"] for f in r["frontier"].values()) for r in summary["per_seed"]]
             assert figures["frontier_gain"]["per_seed"] == pytest.approx(frontier)
-            assert figures["rounds"]["first_trees"] == int(n) // 2  # round 2 on by default in --quick
-            assert 0.0 <= figures["rounds"]["first_reward_on_policy_accuracy"] <= 1.0
+            assert figures["costs"]["training_images"] > 0 and figures["costs"]["guard_images"] > 0
+            assert 0.0 <= figures["on_policy_pair_accuracy"] <= 1.0
             assert figures["past_limit"]["of"] == 2
         assert set(summary["per_seed"][0]["frontier"]) == {"0.3", "0.5", "steered"}
         assert f"taste {taste}: seeds [0, 1]; oracle frontier" in out.stdout
@@ -495,7 +495,7 @@ def test_the_taste_summary_counts_runs_past_the_limit_and_reads_the_second_round
             {"trees": 1, "model": "base", "chosen": [2, 1.0], "taste": 0.55, "scene": 0.45},
             {"trees": 2, "model": "round 1 at 2@1", "first_reward_accuracy": 0.6,
              "first_reward_accuracy_on_base_trees": 0.8}]
-    summary = summarise(seeds, replace(QUICK, rounds=2), "larger_objects")
+    summary = summarise(seeds, replace(QUICK, rounds=2, as_node=False), "larger_objects")
     row = summary["by_trees"]["3"]
     assert row["past_limit"] == {"runs": 1, "of": 3}
     assert list(summary["frontier"]["by_weight"]) == ["0.3", "steered"]
@@ -604,16 +604,16 @@ def test_a_taste_run_stopped_inside_a_seed_resumes_there_to_the_same_figures(
     budget = replace(QUICK, seeds=1, frontier_steer=False, rounds=1, frontier_weights=(0.3,))
     extra = list(QUICK_OVERRIDES)
     whole = bench.run_taste(budget, "larger_objects", tmp_path / "whole", extra, log=_quiet_log)
-    one_round = bench.one_round
+    node_round = bench.node_round
     calls = {"frontier": 0, "method": 0}
 
     def stopping(b, seed, store, ids, *args, **kwargs):
         if len(ids) == 6:  # the second tree count: the process is stopped here
             raise KeyboardInterrupt
-        return one_round(b, seed, store, ids, *args, **kwargs)
+        return node_round(b, seed, store, ids, *args, **kwargs)
 
     out = tmp_path / "stopped"
-    monkeypatch.setattr(bench, "one_round", stopping)
+    monkeypatch.setattr(bench, "node_round", stopping)
     with pytest.raises(KeyboardInterrupt):
         bench.run_taste(budget, "larger_objects", out, extra, log=_quiet_log)
     assert sorted(p.name for p in (out / ".seed0.pieces").iterdir()) == [
@@ -626,13 +626,19 @@ def test_a_taste_run_stopped_inside_a_seed_resumes_there_to_the_same_figures(
 
     def counting_method(*args, **kwargs):
         calls["method"] += 1
-        return one_round(*args, **kwargs)
+        return node_round(*args, **kwargs)
 
     monkeypatch.setattr(oracle, "frontier_run", counting_frontier)
-    monkeypatch.setattr(bench, "one_round", counting_method)
+    monkeypatch.setattr(bench, "node_round", counting_method)
     resumed = bench.run_taste(budget, "larger_objects", out, extra, log=_quiet_log, resume=True)
     assert calls == {"frontier": 0, "method": 1}  # only the tree count that had not finished
     assert not (out / ".seed0.pieces").exists() and not list(out.glob("tmp*"))
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "code"} for r in rows]  # noqa: E731
+    def strip(rows: list[dict]) -> list[dict]:  # the figures, without the code version and the seconds spent
+        def figures(run: dict) -> dict:
+            return {k: v for k, v in run.items() if k != "costs"}
+
+        return [{**{k: v for k, v in r.items() if k != "code"},
+                 "reward": {n: figures(run) for n, run in r["reward"].items()}} for r in rows]
+
     assert strip(resumed["per_seed"]) == strip(whole["per_seed"])
     assert (out / "before_after.png").is_file()

@@ -89,7 +89,7 @@ def template_budget(seeds: int = 5) -> TasteBudget:
 
 
 QUICK = TasteBudget(trees=6, seeds=2, iterations=2, prompts_per_iteration=2, eval_pairs=4,
-                    validation_pairs=4, checkpoints=2, frontier_weights=(0.3, 0.5), at=(3,), rounds=2)
+                    validation_pairs=4, checkpoints=2, frontier_weights=(0.3, 0.5), at=(3,))
 BENCH_050 = TasteBudget(iterations=24, lr=0.0016, checkpoints=4, lora_rank=None, lora_alpha=None,
                         as_node=False)
 """0.5.0's benchmark budget: more training than the node gave, in the benchmark's own loop."""

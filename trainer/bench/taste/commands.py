@@ -13,6 +13,13 @@ def add_taste_commands(kinds: argparse._SubParsersAction) -> None:
     """``bench taste``, the studies beside it (``bench taste-...``) and ``bench picking``."""
     from .study_commands import add_study_commands
 
+    add_taste_table(kinds)
+    add_study_commands(kinds)
+    add_picking(kinds)
+
+
+def add_taste_table(kinds: argparse._SubParsersAction) -> None:
+    """``bench taste``: its options."""
     t = kinds.add_parser("taste", help="learning a person's taste from picks under the guard, on "
                          "every taste, against the oracle frontier (a simulated person)",
                          description="Per taste and seed: a simulated person labels trees with a hidden "
@@ -86,7 +93,10 @@ def add_taste_commands(kinds: argparse._SubParsersAction) -> None:
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="a training option for every run (e.g. tree.depth=3)")
     t.set_defaults(func=_run_bench_taste)
-    add_study_commands(kinds)
+
+
+def add_picking(kinds: argparse._SubParsersAction) -> None:
+    """``bench picking``: its options."""
     k = kinds.add_parser("picking", help="fewer clicks: the personal reward's accuracy by labelled trees, "
                          "oldest first against the active order, and when to stop (a simulated person, no "
                          "training)",

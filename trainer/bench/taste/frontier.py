@@ -126,7 +126,7 @@ FRONTIER_BLIND = ("guard.pairs", "guard.search", "guard.strength_tries", "guard.
 """Options (``--set``) the frontier sets itself or never reads: a run that differs from another only in
 these (and in the person, the rounds or the tree counts) may take that run's frontier."""
 _NOT_FRONTIER = ("seeds", "trees", "at", "rounds", "mistakes", "likes", "dislikes", "margin", "modes",
-                 "first_seed", "picks_weights")
+                 "first_seed", "picks_weights", "every_point")
 
 
 def _frontier_keys(budget: dict[str, Any]) -> dict[str, Any]:

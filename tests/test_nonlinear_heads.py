@@ -95,3 +95,30 @@ def test_the_quadratic_map_squares_the_summary_and_the_top_directions() -> None:
     mapped = fit_quadratic_map(z, summary=9)(z)
     assert mapped.shape == (40, 25 + 12 + 6) and torch.equal(mapped[:, :25], z)
     assert median_distance(torch.zeros(5, 3)) == 1.0  # identical leaves: no bandwidth to read
+
+
+def test_the_personal_reward_builds_each_head_from_a_picks_folder(tmp_path) -> None:
+    """``reward: picks`` with ``picks.head`` quadratic, kernel or ensemble (and its lower bound) fits on a
+    real picks folder of the embedded model and scores images, standardised over the picked leaves."""
+    from dynamic_treerpo.trainer.embedded.policy import EmbeddedPolicy
+    from dynamic_treerpo.trainer.preferences.store import PickStore
+    from dynamic_treerpo.trainer.rewards.personal import build
+    from dynamic_treerpo.trainer.training.from_picks import model_id, store_trees
+    from dynamic_treerpo.trainer.training.loop import Trainer
+
+    config = load_config(TrainConfig, None, ["data.eval_pairs=2", "tree.steps=5", "tree.depth=2",
+                                             "tree.trees_per_prompt=1", "lora.rank=4"])
+    trainer = Trainer(config, EmbeddedPolicy.from_pretrained(), evaluation=False)
+    store = PickStore(tmp_path, create=True)
+    ids = store_trees(trainer.policy, store, ["a red circle", "two yellow circles"] * 4, list(range(8)),
+                      trainer.plan(0), model_id(trainer.policy, "embedded"))
+    images = torch.cat([store.load_images(t) for t in ids])
+    for tree_id in ids:
+        order = store.load_images(tree_id).mean(dim=(1, 2, 3)).argsort(descending=True).tolist()
+        store.save_picks(tree_id, liked=order[:1], disliked=order[-1:])
+    for head, pessimism in (("quadratic", 0.0), ("kernel", 1.0), ("ensemble", 1.0)):
+        lines: list[str] = []
+        reward = build(str(tmp_path), head=head, pessimism=pessimism, log=lines.append)
+        scores = reward(images, [""] * images.shape[0])["reward"]
+        assert scores.shape == (images.shape[0],) and torch.isfinite(scores).all()
+        assert abs(float(scores.mean())) < 1e-3 and f"({head} head on content features" in lines[0]

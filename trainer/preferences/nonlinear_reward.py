@@ -7,9 +7,11 @@ noisy from a few dozen trees. Each model here keeps the linear reward's machiner
 go through the same :class:`~.linear_reward.Basis`, then through a fixed *feature map* fitted without
 any pick (only the leaves' spread), and a score linear in the mapped features is fitted by Newton's
 method with a Gaussian prior (``fit_differences``), whose Laplace posterior is what a pessimistic
-reward reads. The maps scale their added terms so that the prior's unit precision on every weight
-means what the comment at each scale says; a map's terms are centred on the fitting leaves, so the
-posterior spread of a score is its spread relative to an average image, as the linear reward's is.
+reward reads. The prior keeps the linear reward's unit precision on every weight; a map multiplies the
+terms it adds by a scale instead, which is the same as a prior of that standard deviation on their
+weights (kept small: the added terms must earn their place). Its terms are centred on the fitting
+leaves, so the posterior spread of a score is its spread relative to an average image, as the linear
+reward's is.
 Everything is float64 and seeded: a folder state always gives the same reward.
 """
 

@@ -10,9 +10,10 @@ heads through ``bench taste`` costs a training run per head, taste and seed. Her
   per hidden taste the simulated person (likes 2, dislikes 1, 15% mistakes) labels the first ``n``
   candidates, for each ``n`` of ``at``;
 - each head (``rewards.personal.fit_any``, as training fits it) on each backbone is fitted on those picks
-  and scored on the test trees against the HIDDEN taste, not against the person's noisy picks: the
-  share of leaf pairs it orders as the taste does (strict pairs; ties count half), and the Spearman
-  correlation of its scores with the taste's over each tree's leaves (mean over trees).
+  and scored on the test trees against the HIDDEN taste, not against the person's noisy picks: per
+  tree, the share of leaf pairs it orders as the taste does (the pairs the taste orders strictly; a tie
+  of the head's counts half) and the Spearman correlation of its scores with the taste's over the
+  leaves, each averaged over the test trees.
 
 Each head is paired with the ``linear`` head of the same backbone on the same picks: per seed the
 difference, with its 95% t interval and the exact sign-flip p (``common.stats``). Pooled over the named

@@ -238,15 +238,17 @@ class PicksConfig:
     ``pooled`` (pixels pooled on a few grids; the default before 0.4.0) or the image embedding of the
     ``pickscore`` / ``hps-v2.1`` reward's CLIP at ``backbone_weights``. ``head``: ``linear`` (a
     Bradley-Terry score linear in the features' principal directions; more accurate from few picks,
-    docs/picks.md, "How many picks") or ``mlp`` (a two-layer head).
+    docs/picks.md, "How many picks"), ``quadratic`` / ``kernel`` (that score plus squares and products
+    of a few coordinates / a Gaussian kernel's random features: a distance or a peak), ``ensemble`` (the
+    bootstrap mean of linear scores) or ``mlp`` (a two-layer head); ``rewards.personal`` says why each.
     """
 
     mode: Literal["reward", "online"] = "reward"
     backbone: Literal["pooled", "content", "pickscore", "hps-v2.1"] = "content"
     backbone_weights: str | None = None
-    head: Literal["linear", "mlp"] = "linear"
+    head: Literal["linear", "mlp", "quadratic", "kernel", "ensemble"] = "linear"
     trees_per_iteration: int = 8
-    pessimism: float = 0.0  # experimental: train on the linear head's lower bound (beta posterior sd)
+    pessimism: float = 0.0  # experimental: train on the head's lower bound (beta posterior sd)
 
     def __post_init__(self) -> None:
         if self.mode not in ("reward", "online"):
@@ -257,12 +259,14 @@ class PicksConfig:
         if self.backbone not in ("pooled", "content") and not self.backbone_weights:
             raise ValueError(f"picks.backbone {self.backbone} needs picks.backbone_weights: the reward's "
                              "weights path (docs/models.md)")
-        if self.head not in ("linear", "mlp"):
-            raise ValueError(f"picks.head must be linear or mlp, got {self.head!r}")
+        if self.head not in ("linear", "mlp", "quadratic", "kernel", "ensemble"):
+            raise ValueError(f"picks.head must be linear, quadratic, kernel, ensemble or mlp, got "
+                             f"{self.head!r}")
         if self.pessimism < 0:
             raise ValueError(f"picks.pessimism must be >= 0, got {self.pessimism:g}")
-        if self.pessimism > 0 and self.head != "linear":
-            raise ValueError("picks.pessimism needs picks.head: linear (the MLP head has no posterior)")
+        if self.pessimism > 0 and self.head == "mlp":
+            raise ValueError("picks.pessimism needs picks.head: linear, quadratic, kernel or ensemble (the "
+                             "MLP head has no posterior)")
         if self.trees_per_iteration < 1:
             raise ValueError(f"picks.trees_per_iteration must be >= 1, got {self.trees_per_iteration}")
 

@@ -24,7 +24,20 @@ Heads (``picks.head``):
   leaves, a Gaussian prior on the weights, fitted by Newton's method in milliseconds, no randomness).
   ``treerpo bench picking`` measured it ordering the hidden taste's pairs better than the two-layer
   head from the same picks (docs/picks.md, "How many picks", gives the figures per taste).
+- ``quadratic``: the linear head plus the squares of a few leading coordinates of the same basis (the
+  backbone's summary features and the top directions) and the products of the first few of them
+  (``preferences.nonlinear_reward``), under a tighter prior than the linear weights: it can express a
+  distance ("near the centre") and a peak ("about this much"), which a linear score cannot.
+- ``kernel``: the linear head plus random Fourier features of the basis coordinates (a Gaussian kernel
+  whose bandwidth is the leaves' median distance, drawn with a fixed seed): Bradley-Terry with a Gaussian
+  prior on their weights is a Gaussian-process preference model with its Laplace posterior.
+- ``ensemble``: the mean of linear heads fitted on bootstrap resamples of the trees, with the weights'
+  spread across the resamples as their posterior: a steadier direction from few trees.
 - ``mlp``: a two-layer head on the standardised features (64 hidden units, AdamW), the first version.
+
+Every head but ``mlp`` has a posterior, so ``picks.pessimism`` can score its lower bound
+(:class:`LinearHead`, :class:`MappedHead`). ``treerpo bench taste-rewards`` compares the heads' orders
+against hidden tastes on the same picks.
 
 Why a small head on frozen features: 25 to 200 labelled trees give a few hundred to a few thousand
 pairs, far too few to train a network. Before the final fit on every labelled tree, a fit on 80% of
@@ -43,7 +56,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..preferences.linear_reward import fit_basis, fit_linear
+from ..preferences.linear_reward import Basis, fit_basis, fit_linear
+from ..preferences.nonlinear_reward import (
+    FeatureMap,
+    fit_bootstrap,
+    fit_fourier_map,
+    fit_mapped,
+    fit_quadratic_map,
+)
 from ..preferences.pairs import Pair, split_trees, tree_pairs
 from ..preferences.store import PickStore
 from .pixel_features import content_features, pooled_features
@@ -123,7 +143,34 @@ class LinearHead(nn.Module):
         return score.float()
 
 
-HEADS = ("linear", "mlp")
+class MappedHead(nn.Module):
+    """Features -> basis coordinates ``z`` -> a fixed feature map ``phi(z)`` (quadratic or Fourier,
+    ``preferences.nonlinear_reward``) -> ``phi @ weights``; with ``pessimism`` beta > 0, its lower bound
+    ``phi @ w - beta * sqrt(phi^T Sigma phi)``, as :class:`LinearHead`'s in the mapped features. The map
+    holds its own tensors (float64, on the CPU, where the personal reward scores its images)."""
+
+    def __init__(self, basis: Basis, feature_map: FeatureMap, weights: Tensor,
+                 covariance: Tensor | None = None, pessimism: float = 0.0) -> None:
+        super().__init__()
+        self.basis, self.feature_map = basis, feature_map
+        self.register_buffer("weights", weights.double())
+        self.pessimism = float(pessimism)
+        if self.pessimism > 0:
+            if covariance is None:
+                raise ValueError("a pessimistic head needs the weights' posterior covariance")
+            self.register_buffer("covariance", covariance.double())
+
+    def forward(self, features: Tensor) -> Tensor:
+        phi = self.feature_map(self.basis(features))
+        score = phi @ self.weights
+        if self.pessimism > 0:
+            score = score - self.pessimism * ((phi @ self.covariance) * phi).sum(dim=-1).clamp(min=0).sqrt()
+        return score.float()
+
+
+HEADS = ("linear", "quadratic", "kernel", "ensemble", "mlp")
+POSTERIOR_HEADS = ("linear", "quadratic", "kernel", "ensemble")
+"""The heads with a posterior over their weights: those whose lower bound ``picks.pessimism`` scores."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +180,7 @@ class FitConfig:
     weight_decay: float = 1e-3
     seed: int = 0
     head: str = "linear"
-    pessimism: float = 0.0  # the linear head's lower bound: beta posterior standard deviations (0: off)
+    pessimism: float = 0.0  # a head's lower bound: beta posterior standard deviations (0: off)
     summary: int = 0  # the backbone's last features the linear head keeps beside its directions
 
 
@@ -149,18 +196,44 @@ def fit_linear_head(features: dict[str, Tensor], pairs: dict[str, list[Pair]], p
                       pessimism).eval()
 
 
+def fit_nonlinear_head(features: dict[str, Tensor], pairs: dict[str, list[Pair]], head: str,
+                       pessimism: float = 0.0, summary: int = 0) -> nn.Module:
+    """The ``quadratic``, ``kernel`` or ``ensemble`` head on the linear head's basis (found on every given
+    tree's leaves, its last ``summary`` features kept); ``pessimism``: score its lower bound."""
+    if not any(pairs.values()):
+        raise ValueError("the picks give no preference pair: like some leaves more than others")
+    basis = fit_basis(list(features.values()), keep_last=summary)
+    x = {t: basis(f) for t, f in features.items()}
+    if head == "ensemble":
+        model = fit_bootstrap(x, pairs)
+        return LinearHead(basis.mean, basis.std, basis.directions, model.weights, model.covariance,
+                          pessimism).eval()
+    z = torch.cat(list(x.values()))
+    if head == "quadratic":
+        feature_map: FeatureMap = fit_quadratic_map(z, summary)
+    elif head == "kernel":
+        feature_map = fit_fourier_map(z)
+    else:
+        raise ValueError(f"unknown nonlinear head {head!r}; expected quadratic, kernel or ensemble")
+    model = fit_mapped(x, pairs, feature_map)
+    return MappedHead(basis, feature_map, model.weights, model.covariance, pessimism).eval()
+
+
 def fit_any(features: dict[str, Tensor], pairs: dict[str, list[Pair]], config: FitConfig) -> nn.Module:
     """The head ``config.head`` names, fitted on ``pairs``."""
     if config.pessimism < 0:
         raise ValueError(f"picks.pessimism must be >= 0, got {config.pessimism:g}")
-    if config.pessimism > 0 and config.head != "linear":
-        raise ValueError("picks.pessimism needs the linear head (picks.head: linear): the MLP head has no "
-                         "posterior")
+    if config.pessimism > 0 and config.head not in POSTERIOR_HEADS:
+        raise ValueError(f"picks.pessimism needs the linear head or another with a posterior "
+                         f"({', '.join(POSTERIOR_HEADS[1:])}): the {config.head} head has none")
     if config.head == "linear":
         return fit_linear_head(features, pairs, config.pessimism, config.summary)
+    if config.head in POSTERIOR_HEADS:
+        return fit_nonlinear_head(features, pairs, config.head, config.pessimism, config.summary)
     if config.head == "mlp":
         return fit_head(features, pairs, config)
-    raise ValueError(f"unknown personal-reward head {config.head!r}; expected {' or '.join(HEADS)}")
+    raise ValueError(f"unknown personal-reward head {config.head!r}; expected {', '.join(HEADS[:-1])} or "
+                     f"{HEADS[-1]}")
 
 
 def _pair_tensors(features: dict[str, Tensor], pairs: dict[str, list[Pair]]) -> tuple[Tensor, Tensor, Tensor]:

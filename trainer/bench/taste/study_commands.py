@@ -4,7 +4,8 @@
 - ``taste-assemble``: the default that chooses the weight, assembled from runs at fixed weights;
 - ``taste-check``: one seed of the default run afresh, beside the stored runs it is assembled from;
 - ``taste-levers``: 0.3.0's comparison of the levers on the same picks;
-- ``taste-guard-steps``: whether cheaper images could measure the guard's fall more precisely.
+- ``taste-guard-steps``: whether cheaper images could measure the guard's fall more precisely;
+- ``taste-rewards``: which personal-reward head orders a hidden taste best from the same picks (no RL).
 
 Why subcommands and not options of ``bench taste``: each reads other inputs and writes other files, so
 each ``--help`` says only what that study takes.
@@ -45,16 +46,23 @@ GUARD_STEPS_DESCRIPTION = (
     "agreement, the per-pair correlation and the two-phase standard error against the plain one at equal "
     "cost."
 )
+REWARDS_DESCRIPTION = (
+    "Grows one pool of base-model trees; per hidden taste, seed and labelled-tree count the simulated "
+    "person labels the first trees, each personal-reward head on each backbone is fitted on those picks "
+    "and scored on held-out trees against the hidden taste itself (pair accuracy, Spearman per tree), "
+    "paired with the linear head. No training; out/rewards.json keeps every per-seed value."
+)
 
 
 def add_study_commands(kinds: argparse._SubParsersAction) -> None:
-    """``bench taste-weight``, ``taste-assemble``, ``taste-check``, ``taste-levers`` and
-    ``taste-guard-steps``."""
+    """``bench taste-weight``, ``taste-assemble``, ``taste-check``, ``taste-levers``,
+    ``taste-guard-steps`` and ``taste-rewards``."""
     _add_weight(kinds)
     _add_assemble(kinds)
     _add_check(kinds)
     _add_levers(kinds)
     _add_guard_steps(kinds)
+    _add_rewards(kinds)
 
 
 def _command(name: str, args: argparse.Namespace, flags: tuple[str, ...]) -> str:
@@ -205,4 +213,45 @@ def _run_guard_steps(args: argparse.Namespace) -> int:
     steps = [int(k) for k in args.steps.split(",")]
     print(report(run_guard_steps(args.tastes.split(","), args.seeds, args.weight, steps, args.out,
                                  args.report)))
+    return 0
+
+
+def _add_rewards(kinds: argparse._SubParsersAction) -> None:
+    r = kinds.add_parser("taste-rewards", help="which personal-reward head and backbone order a hidden taste "
+                         "best from the same picks (a screen, no RL)", description=REWARDS_DESCRIPTION)
+    r.add_argument("--tastes", default=None,
+                   help=f"{TASTES_HELP} or of the generated family (default: the five named and the family)")
+    r.add_argument("--seeds", type=int, default=None, help="seeds (default 3)")
+    r.add_argument("--trees", default=None, help="comma-separated labelled-tree counts (default 25,50)")
+    r.add_argument("--heads", default=None, help="comma-separated picks.head values, linear among them "
+                   "(default linear,quadratic,kernel)")
+    r.add_argument("--backbones", default=None, help="comma-separated picks.backbone values, NAME or "
+                   "NAME=WEIGHTS (default content)")
+    r.add_argument("--candidates", type=int, default=None, help="trees the person labels from (default 150)")
+    r.add_argument("--test", type=int, default=None, help="held-out trees that score the heads (default 40)")
+    r.add_argument("--out", type=Path, default=Path("runs/taste-rewards"), help="where rewards.json goes")
+    r.add_argument("--quick", action="store_true", help="a tiny pool and two tastes, in seconds (CI)")
+    r.set_defaults(func=_run_rewards)
+
+
+def _run_rewards(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from .reward_study import QUICK, QUICK_OVERRIDES, RewardStudyBudget, format_summary, run_reward_study
+
+    command = _command("taste-rewards", args, ("tastes", "seeds", "trees", "heads", "backbones", "candidates",
+                                               "test", "out", "quick"))
+    budget = QUICK if args.quick else RewardStudyBudget()
+    lists = {"tastes": args.tastes, "heads": args.heads, "backbones": args.backbones}
+    changes: dict[str, object] = {k: tuple(v.strip() for v in value.split(",")) for k, value in lists.items()
+                                  if value}
+    if args.trees:
+        changes["at"] = tuple(int(n) for n in args.trees.split(","))
+    sizes = ("seeds", "candidates", "test")
+    changes.update({k: getattr(args, k) for k in sizes if getattr(args, k) is not None})
+    budget = replace(budget, **changes)
+    result = run_reward_study(budget, args.out, QUICK_OVERRIDES if args.quick else (), command=command)
+    print(format_summary(result["summary"], budget))
+    print(f"{result['minutes']:.1f} min (the pool {result['pool_seconds']:.0f} s); every value in "
+          f"{args.out / 'rewards.json'}")
     return 0

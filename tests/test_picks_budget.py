@@ -79,6 +79,8 @@ comfy.options.enable_args_parsing(False)
 import comfy.cli_args
 comfy.cli_args.args.cpu = True
 import folder_paths
+import os
+os.makedirs(folder + "_temp", exist_ok=True)
 folder_paths.set_temp_directory(folder + "_temp")
 from comfy_families import load_pack
 load_pack(pack_root)

@@ -35,14 +35,16 @@ class TemplateTrees:
 class PicksBudget:
     """The training a person's picks get: rounds per picks weight, the learning rate, prompts per round,
     the LoRA's size, and the guard's checkpoints, validation pairs, picks weights and margin
-    (``trainer/guard``; docs/picks.md says what each means in plain words)."""
+    (``trainer/guard``; docs/picks.md says what each means in plain words). Since 0.6 the rounds, rate
+    and LoRA are those ``treerpo bench taste`` measured in 0.5: the node's earlier 8 rounds at 0.001 moved
+    the images too little to reach the guard's limit (docs/results-taste.md compares the two)."""
 
-    iterations: int = 8
-    lr: float = 0.001
+    iterations: int = 24
+    lr: float = 0.0016
     prompts_per_iteration: int = 8
-    lora_rank: int = 8
-    lora_alpha: float = 8.0
-    checkpoints: int = 6
+    lora_rank: int = 16
+    lora_alpha: float = 16.0
+    checkpoints: int = 4
     validation_pairs: int = 512
     weights: tuple[float, ...] = (0.3, 0.5)
     margin: float = 1.0

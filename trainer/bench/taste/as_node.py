@@ -78,9 +78,17 @@ def train_as_node(budget: PicksBudget, store: PickStore, seed: int, work: Path, 
     prompts.write_text("\n".join(folder_prompts(store)) + "\n", encoding="utf-8")
     config = node_config(budget, store.root, prompts, seed, keep, extra)
     policy = EmbeddedPolicy.from_pretrained()
+    training = [0.0]
+
+    def count(_: int, row: dict[str, Any]) -> None:  # the training steps' own seconds, every weight's run
+        training[0] += float(row.get("iteration_s", 0.0))
+
     started, cpu = time.perf_counter(), time.process_time()
-    state = train_from_picks(policy, store.root, config, config.iterations, log=lambda _: None)
-    costs = {"seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu}
+    state = train_from_picks(policy, store.root, config, config.iterations, on_iteration=count,
+                             log=lambda _: None)
+    seconds = time.perf_counter() - started
+    costs = {"seconds": seconds, "cpu_seconds": time.process_time() - cpu, "training_seconds": training[0],
+             "guard_seconds": seconds - training[0]}
     return state.policy, state, costs
 
 

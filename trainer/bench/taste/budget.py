@@ -93,6 +93,8 @@ QUICK = TasteBudget(trees=6, seeds=2, iterations=2, prompts_per_iteration=2, eva
 BENCH_050 = TasteBudget(iterations=24, lr=0.0016, checkpoints=4, lora_rank=None, lora_alpha=None,
                         as_node=False)
 """0.5.0's benchmark budget: more training than the node gave, in the benchmark's own loop."""
+NODE_050 = {"iterations": 8, "lr": 0.001, "lora_rank": 8, "lora_alpha": 8.0, "checkpoints": 6}
+"""0.5.0's node and template defaults (the budget they trained with before 0.6), as changes to a budget."""
 QUICK_OVERRIDES = ("tree.steps=6", "sampling.eval_steps=3", "lora.rank=4")
 
 FRONTIER_ONLY = ("frontier_strengths",)

@@ -38,9 +38,11 @@ def add_taste_table(kinds: argparse._SubParsersAction) -> None:
                         "MODULE:FUNCTION / FILE.py:FUNCTION ((images, prompts) -> one score per image); "
                         "default larger_objects, central_objects, deep_shades, lower_objects, warm_shades "
                         "(--quick: larger_objects, lower_objects)")
-    t.add_argument("--budget", choices=("shipped", "bench-0.5"), default="shipped",
+    t.add_argument("--budget", choices=("shipped", "node-0.5", "bench-0.5"), default="shipped",
                    help="shipped: the method as the node runs it with its defaults (trainer/config/"
-                        "picks_budget.py; the default); bench-0.5: 0.5.0's benchmark budget and loop")
+                        "picks_budget.py; the default); node-0.5: as the node ran with 0.5.0's defaults (8 "
+                        "rounds at 0.001, a rank-8 LoRA, 6 checkpoints); bench-0.5: 0.5.0's benchmark budget "
+                        "and loop")
     t.add_argument("--template", action="store_true",
                    help="the pick-and-train template as it opens: its 12 trees of 3 prompts, every one "
                         "labelled, the node's training, measured on its own prompts at unseen seeds")
@@ -168,14 +170,17 @@ def taste_budget(args: argparse.Namespace) -> Any:
     from dataclasses import replace
 
     from ...config.schema import check_weights
-    from .budget import BENCH_050, QUICK, TasteBudget, template_budget
+    from .budget import BENCH_050, NODE_050, QUICK, TasteBudget, template_budget
 
+    kind = getattr(args, "budget", "shipped")
     if args.quick:
         budget = QUICK
     elif args.template:
         budget = template_budget()
     else:
-        budget = BENCH_050 if getattr(args, "budget", "shipped") == "bench-0.5" else TasteBudget()
+        budget = BENCH_050 if kind == "bench-0.5" else TasteBudget()
+    if kind == "node-0.5":
+        budget = replace(budget, **NODE_050)
     given = (("trees", args.trees), ("seeds", args.seeds), ("iterations", args.iterations),
              ("keep", args.keep), ("rounds", args.rounds), ("mistakes", args.mistakes))
     changes: dict[str, object] = {k: v for k, v in given if v is not None}

@@ -245,7 +245,8 @@ def format_summary(summary: dict[str, Any]) -> str:
                      f"choice kept {sp['chosen_share']:.0%}")
         if "costs" in row:
             c = row["costs"]
-            text += (f"; cost {c['seconds']:.0f} s, {c['training_images']:.0f} training and "
-                     f"{c['guard_images']:.0f} guard images")
+            guard = c.get("guard_seconds", math.nan)
+            text += (f"; cost {c['seconds']:.0f} s ({guard:.0f} s of it the guard's measurements), "
+                     f"{c['training_images']:.0f} training and {c['guard_images']:.0f} guard images")
         lines.append(text)
     return "\n".join(lines)

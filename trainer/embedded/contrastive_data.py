@@ -31,7 +31,7 @@ from .captions import binding_errors
 from .scenes import COLOURS, SHAPES, SceneSpec, layout, render, sample_spec, spec_to_prompt
 
 KINDS = ("count", "binding", "region", "shape", "colour")
-REDRAW_LEVELS = (0.35, 0.75)  # noise levels a render is redrawn from: the layout survives below ~0.8
+REDRAW_LEVELS = (0.35, 0.75)  # noise levels a render is redrawn from: low enough that its layout survives
 REDRAW_STEPS = 10  # the shifted schedule the redraw follows from its level down
 BLUR = 1.0  # the largest Gaussian blur, in pixels
 NOISE = 0.03  # the largest pixel noise standard deviation

@@ -235,8 +235,10 @@ class PicksConfig:
     from the same picks (docs/picks.md, docs/results.md).
     ``backbone``: ``content`` (pooled pixels plus the colour, amount and place of what is drawn; any
     model; in a pilot it ordered a hidden taste's pairs better than ``pooled``, docs/picks.md),
-    ``pooled`` (pixels pooled on a few grids; the default before 0.4.0) or the image embedding of the
-    ``pickscore`` / ``hps-v2.1`` reward's CLIP at ``backbone_weights``. ``head``: ``linear`` (a
+    ``pooled`` (pixels pooled on a few grids; the default before 0.4.0), ``scene-clip`` (the embedded
+    model's own CLIP-style image encoder beside ``content``: what is drawn, how many, which colour on which
+    shape, on which side; its 64x64 pictures only) or the image embedding of the ``pickscore`` /
+    ``hps-v2.1`` reward's CLIP at ``backbone_weights``. ``head``: ``linear`` (a
     Bradley-Terry score linear in the features' principal directions; more accurate from few picks,
     docs/picks.md, "How many picks"), ``quadratic`` / ``kernel`` (that score plus squares and products
     of a few coordinates / a Gaussian kernel's random features: a distance or a peak), ``ensemble`` (the
@@ -244,7 +246,7 @@ class PicksConfig:
     """
 
     mode: Literal["reward", "online"] = "reward"
-    backbone: Literal["pooled", "content", "pickscore", "hps-v2.1"] = "content"
+    backbone: Literal["pooled", "content", "scene-clip", "pickscore", "hps-v2.1"] = "content"
     backbone_weights: str | None = None
     head: Literal["linear", "mlp", "quadratic", "kernel", "ensemble"] = "linear"
     trees_per_iteration: int = 8
@@ -253,10 +255,10 @@ class PicksConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("reward", "online"):
             raise ValueError(f"picks.mode must be 'reward' or 'online', got {self.mode!r}")
-        if self.backbone not in ("pooled", "content", "pickscore", "hps-v2.1"):
-            raise ValueError("picks.backbone must be pooled, content, pickscore or hps-v2.1, got "
-                             f"{self.backbone!r}")
-        if self.backbone not in ("pooled", "content") and not self.backbone_weights:
+        if self.backbone not in ("pooled", "content", "scene-clip", "pickscore", "hps-v2.1"):
+            raise ValueError("picks.backbone must be pooled, content, pickscore or hps-v2.1 (or scene-clip, "
+                             f"the embedded model's), got {self.backbone!r}")
+        if self.backbone not in ("pooled", "content", "scene-clip") and not self.backbone_weights:
             raise ValueError(f"picks.backbone {self.backbone} needs picks.backbone_weights: the reward's "
                              "weights path (docs/models.md)")
         if self.head not in ("linear", "mlp", "quadratic", "kernel", "ensemble"):

@@ -60,7 +60,7 @@ def _recoloured(spec: SceneSpec, colours: list[str]) -> SceneSpec:
     return SceneSpec(tuple(replace(g, colour=c) for g, c in zip(spec.groups, colours, strict=True)))
 
 
-def _binding_errors(spec: SceneSpec) -> list[SceneSpec]:
+def binding_errors(spec: SceneSpec) -> list[SceneSpec]:
     """Every colour permutation among the groups that describes a different scene."""
     colours = [g.colour for g in spec.groups]
     seen = {frozenset(spec.groups)}
@@ -76,7 +76,7 @@ def _binding_errors(spec: SceneSpec) -> list[SceneSpec]:
 def binding_applies(spec: SceneSpec) -> bool:
     """Colour binding can be wrong when permuting the groups' colours changes the scene (not for
     "a red circle and a blue circle", which reads the same either way)."""
-    return bool(_binding_errors(spec))
+    return bool(binding_errors(spec))
 
 
 def region_applies(spec: SceneSpec) -> bool:
@@ -95,7 +95,7 @@ def corrupt(spec: SceneSpec, rng: np.random.Generator, noise: CaptionNoise) -> S
     groups = tuple(replace(g, count=_OTHER_COUNT[g.count]) if f < noise.count else g
                    for g, f in zip(spec.groups, flips, strict=True))
     out = SceneSpec(groups)
-    errors = _binding_errors(out)
+    errors = binding_errors(out)
     if errors and bind < noise.binding:
         out = errors[int(rng.integers(len(errors)))]
     if region_applies(out) and swap < noise.region:

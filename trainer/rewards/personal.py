@@ -14,6 +14,10 @@ Backbones (frozen; the head is all that learns):
 - ``content`` (the default since 0.4.0): ``pooled``, plus the colour, amount and place of what is
   drawn, apart from its size (``pixel_features``). Why: a linear head on pooled pixels mixes an
   object's colour with its size, and training then finds "more of a colour" for a taste of shades.
+- ``scene-clip`` (the embedded model's 64 px pictures only): the embedding of the embedded model's own
+  image encoder, trained CLIP-style on its scenes' captions (``embedded/image_tower.py``), beside the
+  ``content`` features (``scene_clip``): what is drawn, how many, which colour on which shape, on which
+  side, with the pixels' shade, size and place.
 - ``pickscore`` / ``hps-v2.1``: the image embedding of that reward's CLIP (its weights path), for real
   models, where a taste is about style and content that pooled pixels cannot see.
 
@@ -81,8 +85,8 @@ def clip_features(name: str, weights: str | None, device: str | torch.device = "
 
     builder = {"pickscore": build_pickscore, "hps-v2.1": build_hps}.get(name)
     if builder is None:
-        raise ValueError(f"unknown personal-reward backbone {name!r}; expected pooled, content, pickscore or "
-                         "hps-v2.1")
+        raise ValueError(f"unknown personal-reward backbone {name!r}; expected pooled, content, scene-clip, "
+                         "pickscore or hps-v2.1")
     reward = built if built is not None else builder(weights, device)
     return lambda images: reward.encode_images(images).float().cpu()
 
@@ -99,6 +103,10 @@ def backbone(name: str = "content", weights: str | None = None,
         return pooled_features
     if name == "content":
         return content_features
+    if name == "scene-clip":
+        from .scene_clip import scene_clip_features
+
+        return scene_clip_features
     return clip_features(name, weights, device, built)
 
 

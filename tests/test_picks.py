@@ -287,7 +287,7 @@ def test_bench_taste_quick_measures_two_tastes_against_their_frontier(tmp_path: 
     assert text.startswith("# Results\n\nthe protocol's figures")
     assert "picks 0.2: begin" not in text  # an older version's sections go
     assert text.count("bench taste every taste: begin") == 1
-    assert "images/taste_lower_objects.png" in text and "--quick" in text
+    assert "images/results_lower_objects.png" in text and "--quick" in text
     assert "| lower_objects (against the prompt) | 3 |" in text
     again = subprocess.run([*TREERPO, "bench", "taste", "--quick", "--report", "--out",
                             str(tmp_path / "runs"), "--docs", str(page)], capture_output=True, text=True,

@@ -38,21 +38,7 @@ def add_taste_table(kinds: argparse._SubParsersAction) -> None:
                         "MODULE:FUNCTION / FILE.py:FUNCTION ((images, prompts) -> one score per image); "
                         "default larger_objects, central_objects, deep_shades, lower_objects, warm_shades "
                         "(--quick: larger_objects, lower_objects)")
-    t.add_argument("--budget", choices=("shipped", "node-0.5", "bench-0.5"), default="shipped",
-                   help="shipped: the method as the node runs it with its defaults (trainer/config/"
-                        "picks_budget.py; the default); node-0.5: as the node ran with 0.5.0's defaults (8 "
-                        "rounds at 0.001, a rank-8 LoRA, 6 checkpoints); bench-0.5: 0.5.0's benchmark budget "
-                        "and loop")
-    t.add_argument("--template", action="store_true",
-                   help="the pick-and-train template as it opens: its 12 trees of 3 prompts, every one "
-                        "labelled, the node's training, measured on its own prompts at unseen seeds")
-    t.add_argument("--every-point", action="store_true",
-                   help="measure every checkpoint and strength on the test pairs (what the reward gained and "
-                        "what the guard's choice lost, told apart); costs a test measurement per point")
-    t.add_argument("--frontier-weights", default=None, metavar="W,W,...",
-                   help="the weights the oracle frontier trains the hidden taste at (default 0.3,0.5,0.8)")
-    t.add_argument("--no-steered-frontier", action="store_true",
-                   help="leave the guard-steered run out of the frontier (a cheaper frontier)")
+    add_budget_options(t)
     t.add_argument("--trees", type=int, default=None, help="labelled trees (default 100)")
     t.add_argument("--seeds", type=int, default=None, help="seeds (default 5)")
     t.add_argument("--iterations", type=int, default=None,
@@ -85,6 +71,13 @@ def add_taste_table(kinds: argparse._SubParsersAction) -> None:
     t.add_argument("--docs", type=Path, default=None,
                    help="also write the figures as a section of this page (e.g. docs/results-taste.md), "
                         "the hand-written text around it kept")
+    t.add_argument("--section", choices=("every taste", "family", "template"), default="every taste",
+                   help="with --docs: the page's section these runs fill (default: the table of every named "
+                        "taste; family: the generated family's distribution of shares; template: the "
+                        "template as it opens)")
+    t.add_argument("--against", type=Path, default=None, metavar="DIR",
+                   help="with --section template: runs of 0.5.0's template budget (DIR/<taste>/taste.json) "
+                        "shown beside")
     t.add_argument("--readme", type=Path, default=None,
                    help="also write the short table between the README's taste markers (e.g. README.md)")
     t.add_argument("--summary", type=Path, default=None, metavar="PAGE",
@@ -95,6 +88,26 @@ def add_taste_table(kinds: argparse._SubParsersAction) -> None:
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="a training option for every run (e.g. tree.depth=3)")
     t.set_defaults(func=_run_bench_taste)
+
+
+def add_budget_options(t: argparse.ArgumentParser) -> None:
+    """``bench taste``'s options for what is trained and measured: the budget, the template, every point,
+    the frontier."""
+    t.add_argument("--budget", choices=("shipped", "node-0.5", "bench-0.5"), default="shipped",
+                   help="shipped: the method as the node runs it with its defaults (trainer/config/"
+                        "picks_budget.py; the default); node-0.5: as the node ran with 0.5.0's defaults (8 "
+                        "rounds at 0.001, a rank-8 LoRA, 6 checkpoints); bench-0.5: 0.5.0's benchmark budget "
+                        "and loop")
+    t.add_argument("--template", action="store_true",
+                   help="the pick-and-train template as it opens: its 12 trees of 3 prompts, every one "
+                        "labelled, the node's training, measured on its own prompts at unseen seeds")
+    t.add_argument("--every-point", action="store_true",
+                   help="measure every checkpoint and strength on the test pairs (what the reward gained and "
+                        "what the guard's choice lost, told apart); costs a test measurement per point")
+    t.add_argument("--frontier-weights", default=None, metavar="W,W,...",
+                   help="the weights the oracle frontier trains the hidden taste at (default 0.3,0.5,0.8)")
+    t.add_argument("--no-steered-frontier", action="store_true",
+                   help="leave the guard-steered run out of the frontier (a cheaper frontier)")
 
 
 def add_picking(kinds: argparse._SubParsersAction) -> None:
@@ -120,7 +133,7 @@ def add_picking(kinds: argparse._SubParsersAction) -> None:
 
 def _run_bench_taste(args: argparse.Namespace) -> int:
     from .budget import QUICK_OVERRIDES, QUICK_TASTES, TASTE_SET
-    from .page import overall_lines, write_docs
+    from .page import overall_lines
     from .readme import EVERY_TASTE, check_summary_page, page_link, readme_block, write_summary_block
     from .run import run_taste
     from .storage import reload
@@ -149,11 +162,30 @@ def _run_bench_taste(args: argparse.Namespace) -> int:
     for line in overall_lines(summaries, arms):
         print(line)
     if args.docs:
-        print(f"written: {write_docs(summaries, outs, args.docs, command, arms)}")
+        print(f"written: {write_section(args, summaries, outs, command, arms)}")
     for page, _ in blocks:
         write_summary_block(page, readme_block(summaries, arms, page_link(page, EVERY_TASTE, args.docs)))
         print(f"written: {page}")
     return 0
+
+
+def write_section(args: argparse.Namespace, summaries: list[dict[str, Any]], outs: list[Path], command: str,
+                  arms: dict[str, list[dict[str, Any]]]) -> Path:
+    """The page section ``--section`` names, from these runs."""
+    from .family_page import FAMILY_SECTION, TEMPLATE_SECTION, family_markdown, template_markdown
+    from .page import put_section, write_docs
+    from .storage import reload
+
+    if args.section == "family":
+        put_section(args.docs, FAMILY_SECTION, family_markdown(summaries, command), drop_others=True)
+    elif args.section == "template":
+        against = [reload(args.against / out.name) for out in outs
+                   if (args.against / out.name / "taste.json").is_file()] if args.against else []
+        put_section(args.docs, TEMPLATE_SECTION, template_markdown(summaries, command, against),
+                    drop_others=True)
+    else:
+        write_docs(summaries, outs, args.docs, command, arms)
+    return args.docs
 
 
 def named_tastes(text: str) -> list[str]:
@@ -239,6 +271,10 @@ def taste_command(args: argparse.Namespace) -> str:
         parts += ["--frontier-from", str(args.frontier_from)]
     parts += ["--resume"] * args.resume + ["--report"] * args.report
     parts += ["--docs", str(args.docs)] * (args.docs is not None)
+    if getattr(args, "section", "every taste") != "every taste":
+        parts += ["--section", args.section]
+    if getattr(args, "against", None) is not None:
+        parts += ["--against", str(args.against)]
     parts += ["--readme", str(args.readme)] * (getattr(args, "readme", None) is not None)
     parts += ["--summary", str(args.summary)] * (getattr(args, "summary", None) is not None)
     return " ".join(shlex.quote(p) for p in parts)

@@ -30,6 +30,8 @@ from .frontier import frontier_name
 
 MARK = "<!-- bench taste{key}: {edge} -->"
 SECTION = "every taste"
+SECTIONS = ("every taste", "family", "template")
+"""The sections the taste page holds; an older version's other sections are dropped when one is written."""
 AGAINST_PROMPT = ("lower_objects", "warm_shades")
 """Tastes written to pull against the prompt (their oracle's scene reward falls as the taste rises)."""
 
@@ -62,18 +64,20 @@ def sections_of(page: str, key: str | None = None) -> list[str]:
 
 def put_section(path: Path, key: str, section: str, drop_others: bool = False) -> None:
     """Replace the section of ``key`` in the page at ``path`` (or append it; or write a new page);
-    ``drop_others``: remove every other taste section (those of an older version of the benchmark)."""
+    ``drop_others``: remove the taste sections of an older version of the benchmark (a key other than
+    this one and those of :data:`SECTIONS`)."""
     page = path.read_text(encoding="utf-8") if path.exists() else "# Results\n"
     if drop_others:
+        keep = [marks(k)[0] for k in {key, *SECTIONS}]
         for old in sections_of(page):
-            if not old.startswith(marks(key)[0]):
+            if not any(old.startswith(begin) for begin in keep):
                 page = page.replace(old, "").replace("\n\n\n\n", "\n\n")
     old = sections_of(page, key)
     page = page.replace(old[0], section) if old else page.rstrip("\n") + "\n\n" + section + "\n"
     atomic_write_text(path, page)
 
 
-def _ci(e: dict[str, Any], digits: int = 3) -> str:
+def with_ci(e: dict[str, Any], digits: int = 3) -> str:
     mean, half = e["mean"], e["ci95"]
     if not math.isfinite(half):
         return f"{mean:+.{digits}f}"
@@ -89,8 +93,8 @@ def taste_rows(summary: dict[str, Any]) -> list[str]:
         verdict = f"{target['share']:.0%}: {target['reading']}" if target else ""
         guard = row["guard_held"]
         rows.append(
-            f"| {name} | {n} | {_ci(row['taste_gain'])} | {_ci(row['frontier_gain'])} | "
-            f"{row['share_of_frontier']:.0%} | {verdict} | {_ci(row['guard_change'])} | "
+            f"| {name} | {n} | {with_ci(row['taste_gain'])} | {with_ci(row['frontier_gain'])} | "
+            f"{row['share_of_frontier']:.0%} | {verdict} | {with_ci(row['guard_change'])} | "
             f"-{row['guard_limit']:.2f}: {guard['reading']} ({guard['interval']}) | "
             f"{row['past_limit']['runs']} of {row['past_limit']['of']} | "
             f"{row['held_out_pair_accuracy']:.2f} |")
@@ -106,7 +110,7 @@ def margin_rows(summary: dict[str, Any]) -> list[str]:
         margins = row.get("margins")
         if not margins:
             continue
-        cells = [f"{m['share_of_frontier']:.0%}, {_ci(m['guard_change'])}" for m in margins.values()]
+        cells = [f"{m['share_of_frontier']:.0%}, {with_ci(m['guard_change'])}" for m in margins.values()]
         rows.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
         name = ""
     return rows
@@ -119,7 +123,7 @@ def chosen_line(summary: dict[str, Any]) -> str:
         picks = [f"{c['iteration']}" + (f"@{c['strength']:g}" if c["strength"] not in (0.0, 1.0) else "")
                  if c["iteration"] else "base" for c in row["chosen"]]
         parts.append(f"{n} trees: {', '.join(picks)}")
-    weights = ", ".join(f"{w}: {_ci(e)}" for w, e in summary["frontier"]["by_weight"].items())
+    weights = ", ".join(f"{w}: {with_ci(e)}" for w, e in summary["frontier"]["by_weight"].items())
     return (f"- **{summary['taste']}**: chosen (iteration@strength, per seed) {'; '.join(parts)}. "
             f"Frontier by weight: {weights}; its point per seed: {frontier_points(summary)}.")
 
@@ -251,7 +255,9 @@ def what_was_run(first: dict[str, Any]) -> str:
 def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: str,
              arms: dict[str, list[dict[str, Any]]] | None = None) -> str:
     """The section: what was run, the table of every taste, the pooled figures, the decomposition and
-    the ablations, the choices, the grid."""
+    the ablations, the costs and where the gain went (runs that hold them), the choices, the grid."""
+    from .family_page import extra_tables
+
     first = summaries[0]
     b = first["budget"]
     seeds = len(first["seeds"])
@@ -283,6 +289,7 @@ def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: st
         f"{seeds} seeds the exact sign-flip test of a margin cannot go below p = {2 / 2 ** seeds:.4g}, above "
         "0.05: these readings rest on t intervals, as stated, not on an exact test.",
         *overall_lines(summaries, arms or {}),
+        *extra_tables(summaries),
     ]
     sensitivity = [row for summary in summaries for row in margin_rows(summary)]
     if sensitivity:
@@ -312,12 +319,12 @@ def markdown(summaries: Sequence[dict[str, Any]], image: str | None, command: st
 def write_docs(summaries: Sequence[dict[str, Any]], outs: Sequence[Path], docs: Path, command: str,
                arms: dict[str, list[dict[str, Any]]] | None = None) -> Path:
     """The section in ``docs``, and the grid of the first taste that pulls against the prompt copied into
-    ``images/`` beside it (earlier taste sections are replaced)."""
+    ``images/`` beside it, named after the page (an older version's taste sections are replaced)."""
     image = None
     for summary, out in zip(summaries, outs, strict=True):
         grid = out / "before_after.png"
         if summary["taste"] in AGAINST_PROMPT and grid.exists():
-            target = docs.parent / "images" / f"taste_{summary['taste']}.png"
+            target = docs.parent / "images" / f"{docs.stem}_{summary['taste']}.png"
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(grid.read_bytes())
             image = f"images/{target.name}"

@@ -5,7 +5,8 @@
 - ``taste-check``: one seed of the default run afresh, beside the stored runs it is assembled from;
 - ``taste-levers``: 0.3.0's comparison of the levers on the same picks;
 - ``taste-guard-steps``: whether cheaper images could measure the guard's fall more precisely;
-- ``taste-rewards``: which personal-reward head orders a hidden taste best from the same picks (no RL).
+- ``taste-rewards``: which personal-reward head orders a hidden taste best from the same picks (no RL);
+- ``taste-cost``: what training from picks costs as the node runs it, the default beside the alternatives.
 
 Why subcommands and not options of ``bench taste``: each reads other inputs and writes other files, so
 each ``--help`` says only what that study takes.
@@ -63,6 +64,7 @@ def add_study_commands(kinds: argparse._SubParsersAction) -> None:
     _add_levers(kinds)
     _add_guard_steps(kinds)
     _add_rewards(kinds)
+    _add_cost(kinds)
 
 
 def _command(name: str, args: argparse.Namespace, flags: tuple[str, ...]) -> str:
@@ -255,3 +257,37 @@ def _run_rewards(args: argparse.Namespace) -> int:
     print(f"{result['minutes']:.1f} min (the pool {result['pool_seconds']:.0f} s); every value in "
           f"{args.out / 'rewards.json'}")
     return 0
+
+
+COST_DESCRIPTION = (
+    "Trains the template's picks (its 12 trees, labelled by the simulated person) as the node does: the "
+    "shipped default, one training at one weight with the same guard, 0.5.0's two trainings, and the small "
+    "run (2 rounds of 4 prompts on 9 trees) with the default and with two trainings; prints each run's wall "
+    "and CPU seconds, the training's and the guard's seconds and images, on this machine, in one table."
+)
+
+
+def _add_cost(kinds: argparse._SubParsersAction) -> None:
+    c = kinds.add_parser("taste-cost", help="what training from picks costs as the node runs it: the default "
+                         "beside one training and 0.5.0's two (seconds, images; one run, one machine)",
+                         description=COST_DESCRIPTION)
+    c.add_argument("--taste", default="larger_objects",
+                   help="the simulated person's hidden taste (what it picks)")
+    c.add_argument("--seed", type=int, default=0, help="the template's seed widget and the training seed")
+    c.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
+    c.set_defaults(func=_run_cost)
+
+
+def _run_cost(args: argparse.Namespace) -> int:
+    import json
+
+    from .cost import format_costs, run_cost
+
+    rows = run_cost(args.taste, args.seed)
+    print(format_costs(rows))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+        print(f"written: {args.out}")
+    return 0
+

@@ -108,8 +108,8 @@ def test_the_script_writes_a_table_the_report_reads(tmp_path: Path) -> None:
 
 def test_the_assembled_default_on_the_results_page_is_what_the_stored_runs_give(tmp_path: Path) -> None:
     """docs/data/taste/taste_default is what assembling the published table and weight arm gives now, and
-    the block of docs/results-taste-0.5.md and the README's taste block are what the script renders from it
-    (no figure typed by hand)."""
+    the block of docs/results-taste.md and the README's taste block are what the script renders from it (no
+    figure typed by hand)."""
     from dynamic_treerpo.trainer.bench.common.marked import replace_marked
     from dynamic_treerpo.trainer.bench.taste.page import ASSEMBLED, assembled_block
     from dynamic_treerpo.trainer.bench.taste.readme import assembled_readme_block, with_readme_block
@@ -126,16 +126,15 @@ def test_the_assembled_default_on_the_results_page_is_what_the_stored_runs_give(
         budget, results = combine_weights(runs)
         fresh = summarise(results, budget, summary["taste"])
         assert fresh["by_trees"] == summary["by_trees"], f"{summary['taste']}: stale, assemble it again"
-    page = (ROOT / "docs" / "results-taste-0.5.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "results-taste.md").read_text(encoding="utf-8")
     block = assembled_block(summaries, summaries[0]["command"])
     assert replace_marked(page, *ASSEMBLED, block, "assembled default block") == page, \
-        "docs/results-taste-0.5.md's assembled default is stale: run the command it names"
+        "docs/results-taste.md's assembled default is stale: run the command it names"
     assert " --readme README.md" in summaries[0]["command"], "the same command writes the README's block"
     fixed = [reload(ROOT / summaries[0]["combined_from"][0] / s["taste"]) for s in summaries]
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = assembled_readme_block(summaries, fixed, docs=Path("docs/results-taste-0.5.md"))
-    assert with_readme_block(readme, block) == readme, \
-        "the README's taste block is stale: run the command the archived page's assembled default names"
+    assert with_readme_block(readme, assembled_readme_block(summaries, fixed)) == readme, \
+        "the README's taste block is stale: run the command docs/results-taste.md's assembled default names"
 
 
 def test_the_summary_block_goes_on_another_page_with_links_relative_to_it(tmp_path: Path, monkeypatch,
@@ -157,8 +156,7 @@ def test_the_summary_block_goes_on_another_page_with_links_relative_to_it(tmp_pa
     text = page.read_text(encoding="utf-8")
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     published = readme[readme.index(BEGIN):readme.index(END) + len(END)]
-    relative = published.replace("docs/results-taste-0.5.md", "results-taste.md")
-    assert text == ("# Results\n\nbefore\n\n" + relative
+    assert text == ("# Results\n\nbefore\n\n" + published.replace("docs/results-taste.md", "results-taste.md")
                     + "\n\nafter\n")
     assert "[results-taste.md](results-taste.md#learning-from-picks-the-default-the-guard-chooses" in text
     # the table's own block (bench taste --report) links to its section of the same page

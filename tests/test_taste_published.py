@@ -1,4 +1,4 @@
-"""The taste table that docs/results-taste-0.5.md publishes is rendered, by the report command the page names,
+"""The taste table that docs/results-taste.md publishes is rendered, by the report command the page names,
 from the runs stored under docs/data/ (the table and every ablation arm): no figure on the page is typed by
 hand, and the table is whole (every taste, 5 seeds, one code version). The README's block shows the
 assembled default instead (tests/test_taste_combine.py)."""
@@ -33,7 +33,7 @@ def report_command(page: str) -> list[str]:
 def published(monkeypatch: pytest.MonkeyPatch) -> dict:
     """The report command's arguments and what it reads, with paths relative to the checkout."""
     monkeypatch.chdir(ROOT)
-    page = (ROOT / "docs" / "results-taste-0.5.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "results-taste.md").read_text(encoding="utf-8")
     argv = report_command(page)
     assert argv[:3] == ["treerpo", "bench", "taste"]
     args = cli.build_parser().parse_args(argv[1:])
@@ -45,14 +45,14 @@ def published(monkeypatch: pytest.MonkeyPatch) -> dict:
 
 def test_the_taste_section_is_rendered_from_the_stored_runs(published: dict, tmp_path: Path) -> None:
     args = published["args"]
-    assert args.report and args.docs == Path("docs/results-taste-0.5.md") and args.readme is None
+    assert args.report and args.docs == Path("docs/results-taste.md") and args.readme is None
     assert str(args.out).startswith("docs/data/"), "the runs the page reads are committed with it"
-    docs = tmp_path / "docs" / "results-taste-0.5.md"
+    docs = tmp_path / "docs" / "results-taste.md"
     docs.parent.mkdir()
     docs.write_text(published["page"], encoding="utf-8")
     write_docs(published["summaries"], published["outs"], docs, taste_command(args), published["arms"])
     assert docs.read_text(encoding="utf-8") == published["page"], \
-        "docs/results-taste-0.5.md's taste section is stale: rebuild it with the report command it names"
+        "docs/results-taste.md's taste section is stale: rebuild it with the report command it names"
     for image in (tmp_path / "docs" / "images").iterdir():  # the grid shown is the stored run's
         assert image.read_bytes() == (ROOT / "docs" / "images" / image.name).read_bytes(), image.name
 

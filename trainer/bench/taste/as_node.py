@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,13 @@ import torch
 from ...config.files import load_config
 from ...config.picks_budget import PicksBudget
 from ...config.schema import TrainConfig
-from ...guard.choice import choose, take
 from ...guard.levels import GUARDED_PICKS_WEIGHT
 from ...preferences.store import TREES, PickStore
 from ...rewards.registry import PICKS
 from ...training.evaluate import EvalPair, generate
+from .method import trail_test_points
 from .person import Taste
 
-MARGINS_MEASURED = (0.0, 0.5, 1.0)
 """The margins whose choice is measured on the test pairs too (the summary's sensitivity table)."""
 
 
@@ -103,27 +102,6 @@ def measure_pairs(policy: Any, pairs: Sequence[EvalPair], sigmas: torch.Tensor, 
             "scene": float(scene(images, prompts)["reward"].mean())}
 
 
-def test_points(policy: Any, result: Any, before: dict[str, float], measure: Callable[[], dict[str, float]],
-                every_point: bool) -> list[dict[str, Any]]:
-    """Every point of the kept run's trail with its validation figures, and the test figures of the
-    points some margin in ``MARGINS_MEASURED`` chooses (``every_point``: of every point, so that what the
-    reward gained and what the guard's choice lost can be told apart). The base model's are ``before``."""
-    trail = result.trail
-    picked = [result.choice.point, *(choose(trail, margin).point for margin in MARGINS_MEASURED)]
-    wanted = {(p.iteration, p.strength) for p in picked if p is not None}
-    points = []
-    for p in trail.points:
-        row = asdict(p)
-        if p.iteration == 0:
-            row.update({"test_taste": before["taste"], "test_scene": before["scene"]})
-        elif every_point or (p.iteration, p.strength) in wanted:
-            result.apply(policy.transformer, take(trail, p.iteration, p.strength))
-            row.update({f"test_{k}": v for k, v in measure().items()})
-        points.append(row)
-    result.apply(policy.transformer)
-    return points
-
-
 def guard_images(state: Any) -> int:
     """Validation images the guard drew: the base once (the runs at each weight share it), then every
     checkpoint and strength each run measured."""
@@ -157,7 +135,7 @@ def node_round(budget: Any, seed: int, store: PickStore, ids: Sequence[str], wor
     def measure() -> dict[str, float]:
         return measure_pairs(policy, bed.pairs, sigmas, batch, taste, scene)
 
-    points = test_points(policy, state.guard, before, measure, budget.every_point)
+    points = trail_test_points(policy.transformer, state.guard, before, measure, budget.every_point)
     if keep is not None:
         from .measure import bed_images
 

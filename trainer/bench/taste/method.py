@@ -83,10 +83,13 @@ def train_guarded(config: Any, fit: Any, weights: Sequence[float], quiet: Callab
     return trainer, tracked.result, tracked.choice
 
 
-def test_points(trainer: Trainer, result: Any, before: dict[str, float], taste: Taste, scene: Any,
-                measure: Callable[..., dict[str, float]]) -> list[dict[str, Any]]:
-    """Every point of the trail, with the test figures of those some margin in ``MARGINS_MEASURED``
-    chooses (the base model's are ``before``: a zero LoRA draws the same images)."""
+def trail_test_points(transformer: Any, result: Any, before: dict[str, float],
+                      measure: Callable[[], dict[str, float]], every_point: bool = False
+                      ) -> list[dict[str, Any]]:
+    """Every point of the kept run's trail with its validation figures, and the test figures of the points
+    some margin in ``MARGINS_MEASURED`` chooses (``every_point``: of every point, so that what the reward
+    gained and what the guard's choice lost can be told apart). The base model's are ``before`` (a zero
+    LoRA draws the same images); the run's choice is applied again at the end."""
     trail = result.trail
     picked = [result.choice.point, *(choose(trail, margin).point for margin in MARGINS_MEASURED)]
     wanted = {(p.iteration, p.strength) for p in picked if p is not None}
@@ -95,12 +98,19 @@ def test_points(trainer: Trainer, result: Any, before: dict[str, float], taste: 
         row = asdict(p)
         if p.iteration == 0:
             row.update({"test_taste": before["taste"], "test_scene": before["scene"]})
-        elif (p.iteration, p.strength) in wanted:
-            result.apply(trainer.policy.transformer, take(trail, p.iteration, p.strength))
-            row.update({f"test_{k}": v for k, v in measure(trainer, taste, scene).items()})
+        elif every_point or (p.iteration, p.strength) in wanted:
+            result.apply(transformer, take(trail, p.iteration, p.strength))
+            row.update({f"test_{k}": v for k, v in measure().items()})
         points.append(row)
-    result.apply(trainer.policy.transformer)
+    result.apply(transformer)
     return points
+
+
+def test_points(trainer: Trainer, result: Any, before: dict[str, float], taste: Taste, scene: Any,
+                measure: Callable[..., dict[str, float]]) -> list[dict[str, Any]]:
+    """:func:`trail_test_points` of the benchmark's own loop (its trainer measures the test pairs)."""
+    return trail_test_points(trainer.policy.transformer, result, before,
+                             lambda: measure(trainer, taste, scene))
 
 
 def summary(fit: Any, result: Any, points: list[dict[str, Any]]) -> dict[str, Any]:

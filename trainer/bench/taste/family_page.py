@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .ablation import pooled_share, risk_count, stated_risk
-from .page import code_line, marks, with_ci
+from .page_parts import code_line, marks, with_ci
 
 FAMILY_SECTION = "family"
 TEMPLATE_SECTION = "template"

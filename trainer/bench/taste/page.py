@@ -27,8 +27,16 @@ from .ablation import (
     stated_risk,
 )
 from .frontier import frontier_name
+from .page_parts import code_line, marks, with_ci
 
-MARK = "<!-- bench taste{key}: {edge} -->"
+TABLE_HEAD = ("| taste | labelled trees | taste gain | oracle frontier | share of the frontier | target | "
+              "prompt-following change | limit: held? | runs past the limit | held-out pair accuracy |",
+              "|---|---|---|---|---|---|---|---|---|---|")
+"""The head of the table of every taste (the main section's and the assembled default's)."""
+
+ABLATION_TREES = "50"
+"""The labelled-tree count of the ablation and the decomposition (the issue's main target)."""
+
 SECTION = "every taste"
 SECTIONS = ("every taste", "family", "template")
 """The sections the taste page holds; an older version's other sections are dropped when one is written."""
@@ -45,11 +53,6 @@ def method_weights_words(budget: dict[str, Any]) -> str:
     return ("x 8 leaves once at each picks weight " + " and ".join(f"{w:g}" for w in weights)
             + " (`picks:w,scene:1-w`, one training each; the guard keeps the run whose choice gained the "
               "most personal reward on the validation pairs)")
-
-
-def marks(key: str) -> tuple[str, str]:
-    """The begin and end lines of the section of ``key``."""
-    return MARK.format(key=f" {key}", edge="begin"), MARK.format(key=f" {key}", edge="end")
 
 
 def sections_of(page: str, key: str | None = None) -> list[str]:
@@ -75,13 +78,6 @@ def put_section(path: Path, key: str, section: str, drop_others: bool = False) -
     old = sections_of(page, key)
     page = page.replace(old[0], section) if old else page.rstrip("\n") + "\n\n" + section + "\n"
     atomic_write_text(path, page)
-
-
-def with_ci(e: dict[str, Any], digits: int = 3) -> str:
-    mean, half = e["mean"], e["ci95"]
-    if not math.isfinite(half):
-        return f"{mean:+.{digits}f}"
-    return f"{mean:+.{digits}f} ({mean - half:+.{digits}f} to {mean + half:+.{digits}f})"
 
 
 def taste_rows(summary: dict[str, Any]) -> list[str]:
@@ -148,30 +144,6 @@ def _commands(summaries: Sequence[dict[str, Any]], command: str) -> list[str]:
     repeats = command in runs or command.replace(" --report", "") in runs
     return runs if repeats else [*runs, command]
 
-
-def code_line(summaries: Sequence[dict[str, Any]]) -> str:
-    """Which code version made the figures: one commit for a published run, else every version named."""
-    from ..common.provenance import distinct, machines_line
-    from ..common.provenance import version_name as name
-
-    found = [v for s in summaries for v in s.get("code", [])]
-    unique = distinct(found)
-    if not unique:
-        return "These runs recorded no code version (made before 0.3.1)."
-    where = machines_line(found)
-    where = f" {where}" if where else ""
-    if len(unique) == 1:
-        return f"Made at one code version: {name(unique[0])}.{where}"
-    return "Made by **more than one code version**: " + ", ".join(map(name, unique)) + f".{where}"
-
-
-TABLE_HEAD = ("| taste | labelled trees | taste gain | oracle frontier | share of the frontier | target | "
-              "prompt-following change | limit: held? | runs past the limit | held-out pair accuracy |",
-              "|---|---|---|---|---|---|---|---|---|---|")
-"""The head of the table of every taste (the main section's and the assembled default's)."""
-
-ABLATION_TREES = "50"
-"""The labelled-tree count of the ablation and the decomposition (the issue's main target)."""
 
 
 def pooled_words(n: str, e: dict[str, Any]) -> str:

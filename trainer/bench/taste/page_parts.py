@@ -1,0 +1,44 @@
+"""Small pieces every section of the taste page uses: the markers of a section, a gain with its interval,
+and the line that says which code version made the figures.
+
+Why apart from ``page.py``: the family's and the template's sections (``family_page.py``) use them too,
+and ``page.py`` adds those sections' tables to the main one, so sharing them through ``page.py`` would
+make the two modules import each other.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+MARK = "<!-- bench taste{key}: {edge} -->"
+
+
+def marks(key: str) -> tuple[str, str]:
+    """The begin and end lines of the section of ``key``."""
+    return MARK.format(key=f" {key}", edge="begin"), MARK.format(key=f" {key}", edge="end")
+
+
+def with_ci(e: dict[str, Any], digits: int = 3) -> str:
+    """A mean with its 95% interval (the mean alone where one seed gives no interval)."""
+    mean, half = e["mean"], e["ci95"]
+    if not math.isfinite(half):
+        return f"{mean:+.{digits}f}"
+    return f"{mean:+.{digits}f} ({mean - half:+.{digits}f} to {mean + half:+.{digits}f})"
+
+
+def code_line(summaries: Sequence[dict[str, Any]]) -> str:
+    """Which code version made the figures: one commit for a published run, else every version named."""
+    from ..common.provenance import distinct, machines_line
+    from ..common.provenance import version_name as name
+
+    found = [v for s in summaries for v in s.get("code", [])]
+    unique = distinct(found)
+    if not unique:
+        return "These runs recorded no code version (made before 0.3.1)."
+    where = machines_line(found)
+    where = f" {where}" if where else ""
+    if len(unique) == 1:
+        return f"Made at one code version: {name(unique[0])}.{where}"
+    return "Made by **more than one code version**: " + ", ".join(map(name, unique)) + f".{where}"

@@ -86,3 +86,27 @@ def test_the_distribution_reads_median_tenth_percentile_and_worst() -> None:
     assert d["worst"]["value"] == pytest.approx(0.1)
     for row in d.values():
         assert row["low"] <= row["value"] <= row["high"]
+
+
+def test_the_family_section_is_rendered_from_the_stored_runs() -> None:
+    """docs/results-taste.md's family section is what its report command renders from the runs stored in
+    docs/data/ (no figure typed by hand), and a family not yet run whole gets no verdict on its targets."""
+    import shlex
+    from pathlib import Path
+
+    from dynamic_treerpo.trainer import cli
+    from dynamic_treerpo.trainer.bench.taste.commands import named_tastes, taste_command
+    from dynamic_treerpo.trainer.bench.taste.family_page import FAMILY_SECTION, family_markdown
+    from dynamic_treerpo.trainer.bench.taste.page import sections_of
+    from dynamic_treerpo.trainer.bench.taste.storage import reload
+
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "results-taste.md").read_text(encoding="utf-8")
+    (section,) = sections_of(page, FAMILY_SECTION)
+    (line,) = [x for x in section.splitlines() if x.startswith("treerpo bench taste ") and "--report" in x]
+    args = cli.build_parser().parse_args(shlex.split(line)[1:])
+    assert str(args.out).startswith("docs/data/") and args.section == "family"
+    summaries = [reload(root / args.out / t) for t in named_tastes(args.tastes)]
+    assert family_markdown(summaries, taste_command(args)) == section
+    whole = len(summaries) == len(family.FAMILY)
+    assert ("no verdict" in section) != whole

@@ -56,6 +56,11 @@ def _reading(value: float, low: float, high: float, target: float) -> str:
     return "met on the estimate" if value >= target else "short on the estimate"
 
 
+def seeds_words(k: int) -> str:
+    """``1 seed``, ``3 seeds``."""
+    return f"{k} seed" + ("" if k == 1 else "s")
+
+
 def family_rows(summaries: Sequence[dict[str, Any]], n: str, describe: Any) -> list[str]:
     rows = []
     for s in summaries:
@@ -71,7 +76,7 @@ def family_markdown(summaries: Sequence[dict[str, Any]], command: str,
                     named: Sequence[dict[str, Any]] = ()) -> str:
     """The family's section: what was run, every taste's row, the distribution against its targets, the
     runs past the limit, and the named tastes' shares beside it (``named``: the main table's runs)."""
-    from .family import FAMILY_SEED, describe
+    from .family import FAMILY, FAMILY_SEED, describe
 
     n = list(summaries[0]["by_trees"])[-1]
     b = summaries[0]["budget"]
@@ -87,7 +92,7 @@ def family_markdown(summaries: Sequence[dict[str, Any]], command: str,
              "of two named tastes (some reversed, some against the prompt), or the product of two; the "
              "statistics are ones the personal reward does not compute (symmetry, edges, counts, "
              "compactness, colour variety, saturation, background, texture, scatter, closeness to a drawn "
-             f"point or hue, the share in a drawn box). {len(summaries[0]['seeds'])} seeds per taste, "
+             f"point or hue, the share in a drawn box). {seeds_words(len(summaries[0]['seeds']))} per taste, "
              f"{n} labelled trees, the method as in the main table; the oracle frontier trains the hidden "
              "taste at " + ", ".join(f"{w:g}" for w in b["frontier_weights"])
              + (" and steered by the guard" if b.get("frontier_steer") else "") + ".", "",
@@ -95,9 +100,11 @@ def family_markdown(summaries: Sequence[dict[str, Any]], command: str,
              "prompt-following change | runs past the limit |", "|---|---|---|---|---|---|---|",
              *family_rows(summaries, n, describe), ""]
     parts = []
+    whole = len(summaries) >= len(FAMILY)
     for name, target in FAMILY_TARGETS.items():
         d = dist[name]
-        word = _reading(d["value"], d["low"], d["high"], target)
+        word = (_reading(d["value"], d["low"], d["high"], target) if whole
+                else f"no verdict on {len(summaries)} of the family's {len(FAMILY)} tastes")
         parts.append(f"{name} {d['value']:.0%} ({d['low']:.0%} to {d['high']:.0%}): target {target:.0%} "
                      f"**{word}**")
     worst = dist["worst"]

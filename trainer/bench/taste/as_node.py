@@ -31,8 +31,6 @@ from ...training.evaluate import EvalPair, generate
 from .method import trail_test_points
 from .person import Taste
 
-"""The margins whose choice is measured on the test pairs too (the summary's sensitivity table)."""
-
 
 def folder_with(store: PickStore, ids: Sequence[str], dest: Path) -> PickStore:
     """A picks folder at ``dest`` holding copies of the trees ``ids`` of ``store``, picks included: what a

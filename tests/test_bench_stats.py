@@ -13,6 +13,7 @@ from scipy import stats as scipy_stats
 
 from dynamic_treerpo.trainer.bench.common.stats import (
     Comparison,
+    at_least_chance,
     holm,
     intersection_union,
     mean_ci95,
@@ -231,3 +232,16 @@ def test_validation_pairs_share_no_prompt_with_the_test_pairs(tmp_path) -> None:
     assert {p.prompt for p in validation} <= {f"prompt {i}" for i in range(40)} - {"prompt 1", "prompt 2"}
     with pytest.raises(ValueError, match="must differ"):
         validation_pairs("scenes", None, 8, 5, 5)
+
+
+def test_at_least_chance_is_the_binomial_tail_when_every_chance_is_the_same() -> None:
+    for k in range(0, 7):
+        assert at_least_chance([0.125] * 6, k) == pytest.approx(scipy_stats.binom.sf(k - 1, 6, 0.125))
+
+
+def test_at_least_chance_of_mixed_chances_counts_each_run() -> None:
+    # two runs: one that never goes past, one that goes past half the time
+    assert at_least_chance([0.0, 0.5], 1) == pytest.approx(0.5)
+    assert at_least_chance([0.0, 0.5], 2) == pytest.approx(0.0)
+    assert at_least_chance([0.2, 0.5], 2) == pytest.approx(0.1)
+    assert at_least_chance([], 0) == 1.0

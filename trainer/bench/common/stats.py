@@ -190,6 +190,16 @@ def paired(a: Sequence[float], b: Sequence[float]) -> Comparison:
                     lambda: float(scipy_stats.ttest_rel(list(a), list(b)).pvalue))
 
 
+def at_least_chance(chances: Sequence[float], k: int) -> float:
+    """The chance that at least ``k`` of independent events happen, each with its own chance (the
+    Poisson-binomial tail, exact by convolution): whether more runs went past a limit than their stated
+    risks expect, when every run states its own."""
+    counts = np.array([1.0])
+    for c in chances:
+        counts = np.convolve(counts, [1.0 - c, c])
+    return float(min(1.0, counts[max(k, 0):].sum()))
+
+
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjustment of one family of p-values, in their order. The ``i``-th smallest
     of ``m`` (from 0) is multiplied by ``m - i``, the running maximum taken, capped at 1. A nan

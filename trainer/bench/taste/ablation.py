@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from ..common.stats import mean_ci95, sign_flip_test
+from ..common.stats import at_least_chance, mean_ci95, sign_flip_test
 
 
 def _seed_values(summary: dict[str, Any], values: Sequence[float]) -> dict[int, float]:
@@ -252,20 +252,22 @@ def _chosen_point(run: dict[str, Any]) -> dict[str, Any] | None:
 def stated_risk(summaries: Sequence[dict[str, Any]]) -> dict[str, float]:
     """The runs past the limit that the node's stated risk expects (the sum over every run of its chosen
     checkpoint's chance, from its validation fall and standard error) against those that went past on
-    the test pairs."""
+    the test pairs, and ``p_at_least``: the chance of that many or more if every stated chance were
+    right (a small one says the guard understates its risk)."""
     from ...guard.choice import past_limit_chance
 
-    expected, runs = 0.0, 0
+    chances = []
     for s in summaries:
         for seed in s["per_seed"]:
             for run in seed["reward"].values():
                 point = _chosen_point(run)
-                runs += 1
-                if point is not None:
-                    base = run["points"][0]
-                    expected += past_limit_chance(base["guard"] - point["guard"], point["guard_se"],
-                                                  run["limit"])
-    return {"expected": expected, "past": risk_count(summaries)["past"], "runs": runs}
+                base = run["points"][0]
+                fall = None if point is None else base["guard"] - point["guard"]
+                chances.append(0.0 if point is None else
+                               past_limit_chance(fall, point["guard_se"], run["limit"]))
+    past = risk_count(summaries)["past"]
+    return {"expected": sum(chances), "past": past, "runs": len(chances),
+            "p_at_least": at_least_chance(chances, past)}
 
 
 def fall_gap(summary: dict[str, Any]) -> dict[str, Any]:

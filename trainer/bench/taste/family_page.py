@@ -113,8 +113,9 @@ def family_markdown(summaries: Sequence[dict[str, Any]], command: str,
                  + f"; worst {worst['value']:.0%}. Every run pooled: {pooled['mean']:.0%} "
                  f"({pooled['mean'] - pooled['ci95']:.0%} to {pooled['mean'] + pooled['ci95']:.0%}, "
                  f"{pooled['n']} runs). Runs whose held-out fall went past the limit: {risk['past']} of "
-                 f"{risk['runs']}" + (f", where the risk the node states expected {stated['expected']:.1f}"
-                                      if stated["runs"] else "") + ".")
+                 f"{risk['runs']}" + (f", where the risk the node states expected {stated['expected']:.1f} "
+                                      f"(the chance of {risk['past']} or more if it were right: "
+                                      f"{stated['p_at_least']:.2g})" if stated["runs"] else "") + ".")
     if named:
         shares = [taste_share(s, n) for s in named if n in s["by_trees"]]
         if shares:

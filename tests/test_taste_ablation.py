@@ -124,6 +124,11 @@ def test_the_stated_risk_is_summed_over_runs_and_set_beside_the_runs_that_went_p
     # P(Z > 1.5) = 0.0668 per run
     assert stated["runs"] == 3 and stated["past"] == 1
     assert stated["expected"] == pytest.approx(3 * 0.0668, abs=1e-3)
+    assert stated["p_at_least"] == pytest.approx(1 - (1 - 0.0668) ** 3, abs=1e-3)  # one or more of three
+    # on the test pairs (as many as the validation pairs) the measured fall has a noise of its own:
+    # the standard error grows by sqrt(2), P(Z > 0.015 / 0.01414) = 0.1444 per run
+    assert stated["expected_on_test"] == pytest.approx(3 * 0.1444, abs=1e-3)
+    assert stated["p_at_least_on_test"] == pytest.approx(1 - (1 - 0.1444) ** 3, abs=1e-3)
 
 
 def test_the_fall_gap_compares_every_checkpoint_on_validation_and_test_pairs() -> None:

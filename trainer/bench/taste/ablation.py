@@ -253,21 +253,33 @@ def stated_risk(summaries: Sequence[dict[str, Any]]) -> dict[str, float]:
     """The runs past the limit that the node's stated risk expects (the sum over every run of its chosen
     checkpoint's chance, from its validation fall and standard error) against those that went past on
     the test pairs, and ``p_at_least``: the chance of that many or more if every stated chance were
-    right (a small one says the guard understates its risk)."""
+    right (a small one says the guard understates its risk).
+
+    The stated chance is the true fall's; the count is of falls measured on the test pairs, which have a
+    noise of their own. ``expected_on_test`` and ``p_at_least_on_test`` add it (the test measurement's
+    standard error taken as the validation one's, scaled by the square root of the pairs' ratio): what
+    the count should be if the stated risk were right, with nothing blamed on the guard that the test
+    pairs' own draw explains."""
     from ...guard.choice import past_limit_chance
 
-    chances = []
+    chances, on_test = [], []
     for s in summaries:
+        b = s["budget"]
+        widen = math.sqrt(1.0 + b["validation_pairs"] / b["eval_pairs"])
         for seed in s["per_seed"]:
             for run in seed["reward"].values():
                 point = _chosen_point(run)
-                base = run["points"][0]
-                fall = None if point is None else base["guard"] - point["guard"]
-                chances.append(0.0 if point is None else
-                               past_limit_chance(fall, point["guard_se"], run["limit"]))
+                if point is None:
+                    chances.append(0.0)
+                    on_test.append(0.0)
+                    continue
+                fall, se = run["points"][0]["guard"] - point["guard"], point["guard_se"]
+                chances.append(past_limit_chance(fall, se, run["limit"]))
+                on_test.append(past_limit_chance(fall, se * widen, run["limit"]))
     past = risk_count(summaries)["past"]
     return {"expected": sum(chances), "past": past, "runs": len(chances),
-            "p_at_least": at_least_chance(chances, past)}
+            "p_at_least": at_least_chance(chances, past), "expected_on_test": sum(on_test),
+            "p_at_least_on_test": at_least_chance(on_test, past)}
 
 
 def fall_gap(summary: dict[str, Any]) -> dict[str, Any]:

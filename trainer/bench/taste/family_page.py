@@ -61,6 +61,15 @@ def seeds_words(k: int) -> str:
     return f"{k} seed" + ("" if k == 1 else "s")
 
 
+def risk_words(stated: dict[str, float]) -> str:
+    """What the node's stated risk expects of the runs past the limit, and the chance of as many if it
+    were right: of the true falls, and of falls measured on the test pairs (their own noise added)."""
+    return (f", where the risk the node states expected {stated['expected']:.1f} (the chance of "
+            f"{stated['past']} or more if it were right: {stated['p_at_least']:.2g}); counting the test "
+            f"pairs' own measurement noise, {stated['expected_on_test']:.1f} (chance "
+            f"{stated['p_at_least_on_test']:.2g})")
+
+
 def family_rows(summaries: Sequence[dict[str, Any]], n: str, describe: Any) -> list[str]:
     rows = []
     for s in summaries:
@@ -113,9 +122,7 @@ def family_markdown(summaries: Sequence[dict[str, Any]], command: str,
                  + f"; worst {worst['value']:.0%}. Every run pooled: {pooled['mean']:.0%} "
                  f"({pooled['mean'] - pooled['ci95']:.0%} to {pooled['mean'] + pooled['ci95']:.0%}, "
                  f"{pooled['n']} runs). Runs whose held-out fall went past the limit: {risk['past']} of "
-                 f"{risk['runs']}" + (f", where the risk the node states expected {stated['expected']:.1f} "
-                                      f"(the chance of {risk['past']} or more if it were right: "
-                                      f"{stated['p_at_least']:.2g})" if stated["runs"] else "") + ".")
+                 f"{risk['runs']}" + (risk_words(stated) if stated["runs"] else "") + ".")
     if named:
         shares = [taste_share(s, n) for s in named if n in s["by_trees"]]
         if shares:

@@ -2,11 +2,13 @@
 
 Both halves are files the project makes: the panel is a screenshot that tests/test_ui_picks.py saves
 (``screenshots/classic/picks_panel.png`` in pytest's temporary folder; the test prints where), and the
-grid is a ``before_after.png`` of ``treerpo bench taste`` (now ``docs/images/taste_lower_objects_0.3.0.png``:
-``--tastes lower_objects --trees 50 --at 50 --seeds 1``, docs/picks.md). Run it again when either changes:
+grid is a ``before_after.png`` of ``treerpo bench taste`` at the shipped default (now
+``docs/images/taste_lower_objects_default.png``: ``--tastes lower_objects --trees 50 --at 50 --seeds 1
+--frontier-weights 0.5``, its figures in ``docs/data/taste/taste_front/lower_objects/taste.json``). Run it
+again when either changes:
 
     .venv/bin/python scripts/make_front_picture.py --panel PICKS_PANEL.png \
-        --grid docs/images/taste_lower_objects_0.3.0.png --out docs/images/front.png
+        --grid docs/images/taste_lower_objects_default.png --out docs/images/front.png
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--left-title", default="1. Click the images you like")
     parser.add_argument("--right-title", default="2. Train a LoRA on your picks")
     parser.add_argument("--note", default="A taste for objects lower in the frame, on held-out prompts. "
-                        "Rows: before;\nafter 50 trees of picks (0.3.0's guard); an oracle's best")
+                        "Rows: before; after 50 trees\nof picks with the shipped default (one seed: 47% of "
+                        "the oracle's gain); an oracle's best")
     args = parser.parse_args(argv)
     picture = compose(Image.open(args.panel), Image.open(args.grid), (args.left_title, args.right_title),
                       args.note)

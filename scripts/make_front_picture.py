@@ -14,6 +14,7 @@ again when either changes:
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from matplotlib import font_manager
@@ -26,6 +27,7 @@ INK = (30, 30, 30)
 PANEL_BOX = (494, 160, 955, 762)
 HEIGHT = 420  # both halves are scaled to fit this height of picture under their titles
 GAP, MARGIN, TITLE = 24, 16, 44
+FIGURES = Path(__file__).resolve().parents[1] / "docs/data/taste/taste_front/lower_objects/taste.json"
 
 
 def font(size: int, bold: bool = False) -> ImageFont.FreeTypeFont:
@@ -58,6 +60,15 @@ def compose(panel: Image.Image, grid: Image.Image, titles: tuple[str, str], note
     return out
 
 
+def default_note(summary: dict) -> str:
+    """The grid's caption, its figure read from the run that drew it (a figure typed here would go stale)."""
+    n = list(summary["by_trees"])[-1]
+    share, seeds = summary["by_trees"][n]["share_of_frontier"], len(summary["seeds"])
+    return ("A taste for objects lower in the frame, on held-out prompts. Rows: before; after "
+            f"{n} trees\nof picks with the shipped default ({seeds} seed{'s' if seeds > 1 else ''}: "
+            f"{share:.0%} of the oracle's gain); an oracle's best")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--panel", type=Path, required=True, help="picks_panel.png of tests/test_ui_picks.py")
@@ -65,12 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--left-title", default="1. Click the images you like")
     parser.add_argument("--right-title", default="2. Train a LoRA on your picks")
-    parser.add_argument("--note", default="A taste for objects lower in the frame, on held-out prompts. "
-                        "Rows: before; after 50 trees\nof picks with the shipped default (one seed: 47% of "
-                        "the oracle's gain); an oracle's best")
+    parser.add_argument("--figures", type=Path, default=FIGURES,
+                        help="the grid's taste.json, whose share of the frontier the note quotes")
+    parser.add_argument("--note", default=None, help="the note under the grid (default: from --figures)")
     args = parser.parse_args(argv)
-    picture = compose(Image.open(args.panel), Image.open(args.grid), (args.left_title, args.right_title),
-                      args.note)
+    note = args.note or default_note(json.loads(args.figures.read_text(encoding="utf-8")))
+    titles = (args.left_title, args.right_title)
+    picture = compose(Image.open(args.panel), Image.open(args.grid), titles, note)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     picture.save(args.out, optimize=True)
     print(f"{args.out}: {picture.width}x{picture.height}")

@@ -80,6 +80,7 @@ PICKS_LEVERS = {  # docs/picks.md's lever table: its row -> the published report
     "two rounds": "two rounds (25 + 25 clicks)",
     "a pessimistic personal reward": "pessimism 1",
     "the guard steers the weight": "guard steers",
+    "a pilot of 6 iterations at each weight": "a pilot of 6 iterations chooses the weight",
 }
 
 
@@ -88,7 +89,7 @@ def test_docs_picks_lever_table_is_what_the_published_arms_give(published: dict)
     the figures the report computes from the stored arms (rounded as shown), and every arm has a row."""
     from dynamic_treerpo.trainer.bench.taste.ablation import ablation_rows, verdict
 
-    rows = ablation_rows(published["summaries"], published["arms"], "50")
+    rows = ablation_rows(published["summaries"], published["arms"], "50", pilot=True)
     text = (ROOT / "docs" / "picks.md").read_text(encoding="utf-8")
     table = text[text.index("### What each lever gives (measured)"):text.index("## How many picks")]
     lines = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| lever")]

@@ -103,10 +103,57 @@ def guard_choice_row(default: Sequence[dict[str, Any]], others: Sequence[Sequenc
     return {**_paired(mine, runs[0]), "taken": taken}
 
 
-def ablation_rows(default: Sequence[dict[str, Any]], arms: dict[str, list[dict[str, Any]]], n: str
-                  ) -> dict[str, dict[str, Any]]:
+def _method_runs(summaries: Sequence[dict[str, Any]], n: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """Per (taste, seed): the stored method run at ``n`` trees (its trail, limit and choice); a reloaded
+    summary keys its tree counts by number, a stored one by text."""
+    out = {}
+    for s in summaries:
+        for seed in s["per_seed"]:
+            runs = {str(k): v for k, v in seed.get("reward", {}).items()}
+            if n in runs:
+                out[(s["taste"], seed["seed"])] = runs[n]
+    return out
+
+
+def pilot_choice_row(default: Sequence[dict[str, Any]], others: Sequence[Sequence[dict[str, Any]]], n: str
+                     ) -> dict[str, Any]:
+    """A pilot chooses the weight (``pilot.py``): per run, of the default and ``others`` (the same picks
+    at other weights), the one whose first checkpoint projects the most personal-reward gain at the end
+    within the limit. Paired against the default like an arm, and against the guard choosing from whole
+    runs (``against_whole_runs``); ``at`` and ``cost`` say the pilot's iterations and its training as a
+    multiple of one training."""
+    from .pilot import pilot_cost, pilot_index, run_projection
+
+    budget = default[0]["budget"]
+    total = int(budget["iterations"])
+    at = max(1, math.ceil(total / int(budget["checkpoints"])))
+    sets = [default, *others]
+    runs = [_shares(runs_set, n) for runs_set in sets]
+    trails = [_method_runs(runs_set, n) for runs_set in sets]
+    gains = [_chosen_gains(runs_set, n) for runs_set in sets]
+    mine: dict[tuple[str, int], dict[str, float]] = {}
+    whole: dict[tuple[str, int], dict[str, float]] = {}
+    taken, agree = [0] * len(runs), 0
+    for key in runs[0]:
+        if not all(key in r and key in t and key in g for r, t, g in zip(runs, trails, gains, strict=True)):
+            continue
+        projections = [run_projection(t[key], at, total, float(budget["margin"])) for t in trails]
+        if not all(math.isfinite(p) for p in projections):
+            continue
+        best = pilot_index(projections)
+        kept = max(range(len(runs)), key=lambda i: (gains[i][key], -i))
+        taken[best] += 1
+        agree += best == kept
+        mine[key], whole[key] = runs[best][key], runs[kept][key]
+    return {**_paired(mine, runs[0]), "taken": taken, "agree": agree, "at": at,
+            "against_whole_runs": _paired(mine, whole), "cost": pilot_cost(len(sets), at, total)}
+
+
+def ablation_rows(default: Sequence[dict[str, Any]], arms: dict[str, list[dict[str, Any]]], n: str,
+                  pilot: bool = False) -> dict[str, dict[str, Any]]:
     """Every arm against the default at ``n`` trees, and where arms trained the same picks at other
-    weights, the guard choosing among those weights too (:func:`guard_choice_row`)."""
+    weights, the guard choosing among those weights too (:func:`guard_choice_row`) and, with ``pilot``,
+    a pilot choosing them (:func:`pilot_choice_row`)."""
     rows = {name: arm_row(default, arm, n) for name, arm in arms.items()}
     weight = default[0]["budget"]["picks_weight"] if default else None
     others = [arm for arm in arms.values() if arm and arm[0]["budget"].get("picks_weight") != weight]
@@ -115,6 +162,10 @@ def ablation_rows(default: Sequence[dict[str, Any]], arms: dict[str, list[dict[s
         weights = " or ".join(f"{w:g}" for w in tried)
         rows[f"the guard also chooses the weight ({weights}: one training each)"] = guard_choice_row(
             default, others, n)
+        if pilot:
+            row = pilot_choice_row(default, others, n)
+            rows[f"a pilot of {row['at']} iterations chooses the weight ({weights}: {row['cost']:.3g}x one "
+                 "training)"] = row
     return rows
 
 

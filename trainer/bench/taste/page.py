@@ -25,6 +25,7 @@ from .ablation import (
     pooled_share,
     risk_count,
     stated_risk,
+    verdict,
 )
 from .frontier import frontier_name
 from .page_parts import code_line, marks, with_ci
@@ -183,12 +184,31 @@ def overall_lines(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict
                       "trees and on trees the chosen model sampled, labelled by the same person.", "",
                   *decomposition_lines(parts)]
     if arms:
-        rows = ablation_rows(summaries, arms, n)
+        rows = ablation_rows(summaries, arms, n, pilot=True)
         lines += ["", "Each lever off (or changed) in turn, on the same tastes and seeds and the same "
                       "frontier, paired per run with the default: the difference of the shares with its "
                       "95% t interval and exact sign-flip p (a difference whose interval holds 0 is "
-                      "inconclusive).", "", *arm_lines(rows, n)]
+                      "inconclusive).", "", *arm_lines(rows, n), *pilot_lines(rows)]
     return lines
+
+
+def pilot_lines(rows: dict[str, dict[str, Any]]) -> list[str]:
+    """Below the ablation table: the pilot's row against the guard choosing from whole runs, which is
+    the comparison that says whether the pilot could replace the second training."""
+    row = next((r for r in rows.values() if "against_whole_runs" in r and r["runs"]), None)
+    if row is None:
+        return []
+    w, d = row["against_whole_runs"], row["against_whole_runs"]["difference"]
+    return ["", "The pilot (`trainer/bench/taste/pilot.py`: the first checkpoint, after "
+                f"{row['at']} iterations, of each weight's run, each projected on a straight line to its "
+                "end or to the limit less the margin, the weight with the most projected personal reward "
+                "trained on) against the guard choosing from whole runs, on the same "
+                f"{w['runs']} runs: {w['share']['mean']:.0%} against {w['default_share']['mean']:.0%} of "
+                f"the frontier, {d['mean']:+.1%} ({d['mean'] - d['ci95']:+.1%} to "
+                f"{d['mean'] + d['ci95']:+.1%}), exact p = {w['exact_p']:.2g}: {verdict(w)}. It kept the "
+                f"weight whole runs kept in {row['agree']} of {w['runs']} runs, at {row['cost']:.3g}x one "
+                f"training's iterations against 2x. Runs past the limit: {w['past_limit']} against "
+                f"{w['default_past_limit']}."]
 
 
 def what_was_run(first: dict[str, Any]) -> str:

@@ -119,7 +119,8 @@ class TreeRPOChooseCheckpoint(io.ComfyNode):
             node_id="TreeRPOChooseCheckpoint", display_name="TreeRPO Choose Checkpoint", category=CATEGORY,
             description="Takes another point of a run of TreeRPO Train LoRA from Picks without training "
                         "again: the run kept a checkpoint every few rounds (the plot on the training node "
-                        "shows each one's taste against prompt-following). 'checkpoint' 0 takes the one the "
+                        "shows the taste against prompt-following of those the guard measured). 'checkpoint' "
+                        "0 takes the one the "
                         "guard chose; 'strength' scales the LoRA (below 1: less of your taste, more of the "
                         "prompt).",
             inputs=[io.Model.Input("model", display_name="model",
@@ -128,8 +129,8 @@ class TreeRPOChooseCheckpoint(io.ComfyNode):
                                   tooltip="the run output of TreeRPO Train LoRA from Picks"),
                     io.Int.Input("checkpoint", display_name="checkpoint (round)", default=0, min=0,
                                  max=100000,
-                                 tooltip="the training round of a kept checkpoint (the numbers on the "
-                                         "plot); 0: the one the guard chose"),
+                                 tooltip="the training round of a kept checkpoint (every few rounds; the "
+                                         "plot numbers those measured); 0: the one the guard chose"),
                     io.Float.Input("strength", display_name="LoRA strength", default=1.0, min=0.0, max=2.0,
                                    step=0.05, tooltip="how strongly the checkpoint's LoRA applies (1: as "
                                                       "trained; 0: the base model)")],

@@ -228,7 +228,7 @@ def test_headless_training_from_picks_under_the_guard_writes_its_choice_and_figu
                                           f"data.picks={folder}", "guard.keep=loosely"])
     summary = run_training(run, tmp_path / "run", progress=False)
     guard = summary["guard"]
-    assert guard["limit"] == 0.05 and guard["points"] >= 3
+    assert guard["limit"] == 0.05 and guard["points"] >= 2  # the base and at least the last checkpoint
     assert (tmp_path / "run" / "guard" / "trade.png").is_file()
     assert (tmp_path / "run" / "guard" / "before_after.png").is_file()
     assert "guard (a fall of at most 0.0500)" in format_summary(summary)

@@ -26,7 +26,8 @@ def budget_of(config: TrainConfig) -> dict[str, object]:
     g = config.guard
     return {"lr": config.optim.lr, "prompts_per_iteration": config.data.prompts_per_iteration,
             "lora_rank": config.lora.rank, "lora_alpha": config.lora.alpha, "checkpoints": g.checkpoints,
-            "validation_pairs": g.pairs, "weights": tuple(g.weights), "margin": g.margin}
+            "validation_pairs": g.pairs, "weights": tuple(g.weights), "margin": g.margin,
+            "measure": g.measure}
 
 
 def shipped() -> dict[str, object]:

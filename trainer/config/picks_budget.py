@@ -34,10 +34,10 @@ class TemplateTrees:
 @dataclass(frozen=True)
 class PicksBudget:
     """The training a person's picks get: rounds per picks weight, the learning rate, prompts per round,
-    the LoRA's size, and the guard's checkpoints, validation pairs, picks weights and margin
-    (``trainer/guard``; docs/picks.md says what each means in plain words). Since 0.6 the rounds, rate
-    and LoRA are those ``treerpo bench taste`` measured in 0.5: the node's earlier 8 rounds at 0.001 moved
-    the images too little to reach the guard's limit (docs/results-taste.md compares the two)."""
+    the LoRA's size, and the guard's checkpoints, validation pairs, picks weights, margin and when it
+    measures (``trainer/guard``; docs/picks.md says what each means in plain words). Since 0.6 the rounds,
+    rate and LoRA are those ``treerpo bench taste`` measured in 0.5: the node's earlier 8 rounds at 0.001
+    moved the images too little to reach the guard's limit (docs/results-taste.md compares the two)."""
 
     iterations: int = 24
     lr: float = 0.0016
@@ -48,6 +48,7 @@ class PicksBudget:
     validation_pairs: int = 512
     weights: tuple[float, ...] = (0.3, 0.5)
     margin: float = 1.0
+    measure: str = "backward"
     template: TemplateTrees = TemplateTrees()
 
     def overrides(self) -> list[str]:
@@ -57,7 +58,8 @@ class PicksBudget:
         return [f"optim.lr={self.lr:g}", f"data.prompts_per_iteration={self.prompts_per_iteration}",
                 f"lora.rank={self.lora_rank}", f"lora.alpha={self.lora_alpha:g}",
                 f"guard.checkpoints={self.checkpoints}", f"guard.pairs={self.validation_pairs}",
-                f"guard.weights=[{weights}]", f"guard.margin={self.margin:g}"]
+                f"guard.weights=[{weights}]", f"guard.margin={self.margin:g}",
+                f"guard.measure={self.measure}"]
 
 
 PICKS_BUDGET = PicksBudget()

@@ -279,6 +279,7 @@ word its limit)."""
 
 
 STRENGTH_SEARCHES = ("line", "bisect")
+MEASURE_ORDERS = ("backward", "every")
 """How the guard places lower LoRA strengths (``guard.search``)."""
 
 
@@ -318,6 +319,10 @@ class GuardConfig:
     each checkpoint a controller (``trainer/guard/controller.py``) sets the picks weight of the next
     iterations from the measured fall, starting from the reward's own weight, so the run ends near the
     limit whatever the taste (off: it did no better than the fixed weight, docs/picks.md).
+    ``measure``: when the checkpoints are measured: ``backward`` (after training, the last checkpoint
+    first and earlier ones only while the later ones are past the limit; it chose as ``every`` did on
+    the stored benchmark runs with fewer measurements, ``trainer/guard/order.py``) or ``every`` (each
+    checkpoint as it is kept, the order before this option; ``steer`` measures so whatever this says).
     ``weights``: the picks weights the guard tries (``trainer/guard/weights.py``): the same picks train
     once at each weight (the other terms share the rest as written) and the run whose chosen checkpoint
     gained the most personal reward on the validation pairs is kept; one training per weight. The
@@ -336,6 +341,7 @@ class GuardConfig:
     strength_tries: int = 4
     search: str = "bisect"
     steer: bool = False
+    measure: str = "backward"
     weights: tuple[float, ...] = (0.3, 0.5)
 
     def __post_init__(self) -> None:
@@ -350,6 +356,9 @@ class GuardConfig:
             raise ValueError("guard.checkpoints must be >= 1, guard.pairs >= 2 and guard.strength_tries >= 0")
         if self.margin < 0:
             raise ValueError(f"guard.margin must be >= 0, got {self.margin}")
+        if self.measure not in MEASURE_ORDERS:
+            raise ValueError(f"guard.measure must be one of {', '.join(MEASURE_ORDERS)}, "
+                             f"got {self.measure!r}")
         if self.search not in STRENGTH_SEARCHES:
             raise ValueError(f"guard.search must be one of {', '.join(STRENGTH_SEARCHES)}, "
                              f"got {self.search!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .trail import Trail, TrailPoint
@@ -69,20 +70,22 @@ def choose(trail: Trail, margin: float = 0.0) -> Choice:
                         f"{trail.limit:.3g} (its true fall is past the limit in {risk_words(chance)})", True)
 
 
-def checkpoints(trail: Trail) -> list[int]:
-    """The iterations the run kept a checkpoint at (0: the base model)."""
-    return sorted({p.iteration for p in trail.points})
+def checkpoints(trail: Trail, kept: Iterable[int] = ()) -> list[int]:
+    """The iterations the run kept a checkpoint at (0: the base model): those it measured and ``kept``
+    (the LoRA snapshots it holds, measured or not)."""
+    return sorted({p.iteration for p in trail.points} | set(kept))
 
 
-def take(trail: Trail, iteration: int, strength: float) -> Choice:
+def take(trail: Trail, iteration: int, strength: float, kept: Iterable[int] = ()) -> Choice:
     """The checkpoint and strength a person asked for instead of the guard's choice; one line when the
-    run kept no checkpoint at that iteration. A strength the run did not measure is taken all the same
-    (it needs no training), and the reason says it was not measured."""
+    run kept no checkpoint at that iteration (``kept``: the checkpoints it holds besides those on the
+    trail). A checkpoint or strength the run did not measure is taken all the same (it needs no
+    training), and the reason says it was not measured."""
     if not 0.0 <= strength <= 2.0:
         raise ValueError(f"strength must be between 0 and 2, got {strength:g}")
     if iteration == 0 or strength == 0.0:
         return Choice(None, "the base model, as asked", True)
-    kept = checkpoints(trail)
+    kept = checkpoints(trail, kept)
     if iteration not in kept:
         raise ValueError(f"no checkpoint at iteration {iteration}: this run kept "
                          + ", ".join(str(i) for i in kept if i))
@@ -90,6 +93,6 @@ def take(trail: Trail, iteration: int, strength: float) -> Choice:
     if point is None:
         label = TrailPoint(iteration, strength, 0.0, 0.0).label
         return Choice(TrailPoint(iteration, strength, float("nan"), float("nan")),
-                      f"{label}, as asked (not measured at this strength)", False)
+                      f"{label}, as asked (not measured on the validation pairs)", False)
     return Choice(point, f"{point.label}, as asked (prompt-following {change_words(trail.fall(point))}; the "
                          f"limit is a fall of {trail.limit:.3g})", allowed(trail, point))

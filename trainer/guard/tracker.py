@@ -5,8 +5,10 @@ this with :mod:`~..training.guarded`, which also supplies how validation images 
 reward names a taste term
 (``picks``, the personal reward; ``function`` for a benchmark's hidden taste) and at least one guard
 term (``scene``, ``pickscore``, ...). It measures the base model, then every ``guard.every`` iterations
-keeps a CPU copy of the LoRA and measures the mean taste and guard over the validation pairs (ODE
-images of fixed prompt/seed pairs that training never draws). At the end it also measures the LoRA at
+keeps a CPU copy of the LoRA; a checkpoint is measured by the mean taste and guard over the validation
+pairs (ODE images of fixed prompt/seed pairs that training never draws), after training the last one
+first and earlier ones only while the later ones are past the limit (:mod:`~.order`; ``guard.measure:
+every`` measures each one as it is kept). At the end it also measures the LoRA at
 lower strengths where the last checkpoints went past the limit, chooses (:func:`~.choice.choose`), and
 loads the chosen weights into the policy. Every kept checkpoint stays available: a person may take
 another one, or another strength, without training again (:meth:`GuardedResult.apply`).
@@ -28,6 +30,7 @@ from ..rewards.registry import PICKS
 from .choice import Choice, allowed, choose, take
 from .controller import ControllerConfig, ControllerState, picks_weight, update
 from .levels import guard_limit
+from .order import next_to_measure
 from .strengths import bisect_strength
 from .terms import guard_spec
 from .trail import Trail, TrailPoint, paired_se, point_key, scaled_lora, snapshot
@@ -77,7 +80,7 @@ class GuardedResult:
 
     def take(self, iteration: int, strength: float) -> Choice:
         """A person's own choice of checkpoint and strength (no training)."""
-        return take(self.trail, iteration, strength)
+        return take(self.trail, iteration, strength, self.snapshots)
 
 
 class GuardedTraining:
@@ -192,15 +195,37 @@ class GuardedTraining:
         """Whether the guard keeps a checkpoint after ``done`` of ``total`` iterations."""
         return done % self.config.every(total) == 0 or done == total
 
-    def checkpoint(self, done: int) -> TrailPoint:
-        """Keep the LoRA after ``done`` iterations and measure it."""
+    def measures_every(self) -> bool:
+        """Whether each checkpoint is measured as it is kept (``guard.measure: every``, or steering,
+        which needs each fall); otherwise after training, last first (:func:`~.order.next_to_measure`)."""
+        return self.config.measure == "every" or self.config.steer
+
+    def checkpoint(self, done: int) -> TrailPoint | None:
+        """Keep the LoRA after ``done`` iterations, and measure it now if the guard measures every
+        checkpoint as it is kept (None: it is measured after training, if needed)."""
         self.snapshots[done] = snapshot(lora_state_dict(self.trainer.policy.transformer))
-        point = self._measure(done)
+        if not self.measures_every():
+            self.log(f"guard: kept the checkpoint after iteration {done} (measured after training)")
+            return None
+        return self._log_checkpoint(self._measure(done))
+
+    def _log_checkpoint(self, point: TrailPoint) -> TrailPoint:
         gain = point.taste - self.trail.base.taste
         change = -self.trail.fall(point)
-        self.log(f"guard: iteration {done}: taste {gain:+.4f}, prompt-following {change:+.4f} "
+        self.log(f"guard: iteration {point.iteration}: taste {gain:+.4f}, prompt-following {change:+.4f} "
                  f"± {point.guard_se:.4f} (a fall of {self.trail.limit:.4f} allowed)")
         return point
+
+    def _measure_backward(self) -> None:
+        """The kept checkpoints not measured yet that the choice needs, last first; the trail then lists
+        its checkpoints in order."""
+        transformer = self.trainer.policy.transformer
+        while (it := next_to_measure(self.trail, self.snapshots, self.config.margin)) is not None:
+            load_lora_state(transformer, scaled_lora(self.snapshots[it], 1.0))
+            self._log_checkpoint(self._measure(it))
+        base, *rest = self.trail.points
+        full = sorted((p for p in rest if p.strength == 1.0), key=lambda p: p.iteration)
+        self.trail.points = [base, *full, *(p for p in rest if p.strength != 1.0)]
 
     def _strength_candidates(self) -> list[tuple[int, float]]:
         """Lower strengths for checkpoints the limit does not allow but that may hold more taste than the
@@ -254,6 +279,8 @@ class GuardedTraining:
         """Measure lower strengths where useful, choose, and load the choice into the policy."""
         transformer = self.trainer.policy.transformer
         final = lora_state_dict(transformer)
+        if not self.measures_every():
+            self._measure_backward()
         if self.config.search == "bisect":
             self._bisect()
         else:
@@ -284,6 +311,6 @@ class GuardedTraining:
                 on_iteration(it - start + 1, row)
             if self.is_checkpoint(it + 1, total):
                 point = self.checkpoint(it + 1)
-                if self.steering is not None and it + 1 < total:
+                if self.steering is not None and point is not None and it + 1 < total:
                     self.steer(point)
         return self.finish()

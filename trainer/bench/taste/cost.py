@@ -7,11 +7,14 @@ printed beside the runs it is compared with, on one machine in one run, never as
 
 - the shipped default on the template's picks (its 12 trees of 3 prompts, every one labelled by the
   simulated person), at the shipped budget;
+- the default measuring each checkpoint as it is kept (``guard.measure: every``, the order before
+  ``backward``);
 - one training at one picks weight with the same guard: what "one training" costs (the default may cost at
   most 1.25 times this);
 - 0.5.0's default, training once per weight of 0.3 and 0.5 with the same budget;
-- the small run: 2 rounds of 4 prompts on 9 labelled trees, ``closely``, with the default and with
-  0.5.0's two trainings (the figure a person waits for on a CPU before anything else).
+- the small run: 2 rounds of 4 prompts on 9 labelled trees, ``closely``, with the default, with each
+  checkpoint measured as it is kept, and with 0.5.0's two trainings (the figure a person waits for on a
+  CPU before anything else).
 """
 
 from __future__ import annotations
@@ -45,12 +48,18 @@ def cases(budget: PicksBudget = PICKS_BUDGET) -> list[Case]:
     one = replace(budget, weights=budget.weights[:1])
     small = replace(budget, **SMALL)
     out = [Case("the default", budget, budget.template.trees)]
+    if budget.measure != "every":
+        out.append(Case("the default, each checkpoint measured as it is kept (guard.measure: every)",
+                        replace(budget, measure="every"), budget.template.trees))
     if len(budget.weights) > 1:
         out.append(Case(f"one training at {budget.weights[0]:g}", one, budget.template.trees))
     if tuple(budget.weights) != TWO_WEIGHTS:
         out.append(Case("0.5.0's default: one training per weight of 0.3 and 0.5",
                         replace(budget, weights=TWO_WEIGHTS), budget.template.trees))
     out.append(Case("small run (2 rounds of 4 prompts, 9 trees): the default", small, SMALL_TREES))
+    if budget.measure != "every":
+        out.append(Case("small run: each checkpoint measured as it is kept", replace(small, measure="every"),
+                        SMALL_TREES))
     if tuple(budget.weights) != TWO_WEIGHTS:
         out.append(Case("small run: 0.5.0's two trainings", replace(small, weights=TWO_WEIGHTS), SMALL_TREES))
     return out

@@ -6,7 +6,8 @@
 - ``taste-levers``: 0.3.0's comparison of the levers on the same picks;
 - ``taste-guard-steps``: whether cheaper images could measure the guard's fall more precisely;
 - ``taste-rewards``: which personal-reward head orders a hidden taste best from the same picks (no RL);
-- ``taste-cost``: what training from picks costs as the node runs it, the default beside the alternatives.
+- ``taste-cost``: what training from picks costs as the node runs it, the default beside the alternatives;
+- ``taste-order``: the guard's backward measuring order replayed on stored runs that measured every point.
 
 Why subcommands and not options of ``bench taste``: each reads other inputs and writes other files, so
 each ``--help`` says only what that study takes.
@@ -65,6 +66,7 @@ def add_study_commands(kinds: argparse._SubParsersAction) -> None:
     _add_guard_steps(kinds)
     _add_rewards(kinds)
     _add_cost(kinds)
+    _add_order(kinds)
 
 
 def _command(name: str, args: argparse.Namespace, flags: tuple[str, ...]) -> str:
@@ -261,8 +263,9 @@ def _run_rewards(args: argparse.Namespace) -> int:
 
 COST_DESCRIPTION = (
     "Trains the template's picks (its 12 trees, labelled by the simulated person) as the node does: the "
-    "shipped default, one training at one weight with the same guard, 0.5.0's two trainings, and the small "
-    "run (2 rounds of 4 prompts on 9 trees) with the default and with two trainings; prints each run's wall "
+    "shipped default, the default measuring each checkpoint as it is kept, one training at one weight with "
+    "the same guard, 0.5.0's two trainings where the default differs, and the small run (2 rounds of 4 "
+    "prompts on 9 trees) with the default and each checkpoint measured as kept; prints each run's wall "
     "and CPU seconds, the training's and the guard's seconds and images, on this machine, in one table."
 )
 
@@ -291,3 +294,30 @@ def _run_cost(args: argparse.Namespace) -> int:
         print(f"written: {args.out}")
     return 0
 
+
+
+def _add_order(kinds: argparse._SubParsersAction) -> None:
+    o = kinds.add_parser("taste-order", help="the guard measuring the last checkpoint first, replayed on "
+                         "stored bench taste runs that measured every checkpoint (no training)",
+                         description="Per stored method run (every taste, seed and tree count of each "
+                                     "--runs folder): the points the backward order (guard.measure: "
+                                     "backward) would have measured, the guard's choice among them against "
+                                     "its choice among every point, and the measurements each made.")
+    o.add_argument("--runs", type=Path, action="append", required=True, metavar="DIR",
+                   help="a bench taste output folder (DIR/<taste>/taste.json; repeat)")
+    o.set_defaults(func=_run_order)
+
+
+def _run_order(args: argparse.Namespace) -> int:
+    from .order_replay import load_runs, order_line, replay_runs
+
+    total = {"runs": 0, "same": 0, "not_replayable": 0, "every": 0, "backward": 0}
+    for folder in args.runs:
+        runs = load_runs([folder])
+        if not runs:
+            raise ValueError(f"--runs {folder}: no <taste>/taste.json there")
+        counts = replay_runs(runs)
+        print(f"{folder}: {order_line(counts)}")
+        total = {k: total[k] + counts[k] for k in total}
+    print(f"all: {order_line(total)}")
+    return 0

@@ -82,3 +82,31 @@ def test_a_replay_measures_a_subset_of_the_stored_points_and_refuses_what_it_can
     assert replay(within, 1.0) == {"same": True, "every": len(run["points"]) - 1, "backward": 1}
     gap = {**run, "points": [p for p in run["points"] if p["iteration"] != 24 or p["strength"] != 1.0]}
     assert replay({**gap, "limit": 10.0}, 1.0)["backward"] == 1  # the last stored checkpoint is 18 then
+
+
+def test_the_order_changes_what_is_measured_never_what_is_trained() -> None:
+    """The same tiny run under both orders: the kept checkpoints are equal bit for bit, every point the
+    backward order measured has the figures the every order measured, and both choose the same point."""
+    import torch
+    from test_guard import ORACLE, TINY
+
+    from dynamic_treerpo.trainer.config.files import load_config
+    from dynamic_treerpo.trainer.config.schema import TrainConfig
+    from dynamic_treerpo.trainer.training.guarded import guard_trainer, separate_validation_pairs
+    from dynamic_treerpo.trainer.training.loop import Trainer
+
+    results = {}
+    for order in ("every", "backward"):
+        config = load_config(TrainConfig, None, [*TINY, *ORACLE, "seed=3", "guard.keep=loosely",
+                                                 "iterations=4", f"guard.measure={order}"])
+        trainer = Trainer(config)
+        pairs = separate_validation_pairs(config, trainer.eval_pairs)
+        results[order] = guard_trainer(trainer, pairs, taste="function", log=lambda _: None).run(0, 4)
+    every, backward = results["every"], results["backward"]
+    assert sorted(every.snapshots) == sorted(backward.snapshots) == [2, 4]
+    for it, state in every.snapshots.items():
+        assert all(torch.equal(state[k], backward.snapshots[it][k]) for k in state)
+    measured = {(p.iteration, p.strength): p for p in every.trail.points}
+    assert all(measured[(p.iteration, p.strength)] == p for p in backward.trail.points)
+    assert len(backward.trail.points) <= len(every.trail.points)
+    assert backward.choice.point == every.choice.point

@@ -62,7 +62,8 @@ def trade_plot(trail: Trail, choice: Choice, out_png: str | os.PathLike[str], wi
     ax.text(trail.limit, 0.98, " limit", transform=ax.get_xaxis_transform(), va="top", fontsize=7,
             color="#16a34a")
     kept = {p.picks_weight for p in full if p.picks_weight is not None}
-    label = f"checkpoints (weight {kept.pop():g}, kept)" if others and len(kept) == 1 else "checkpoints"
+    label = (f"checkpoints measured (weight {kept.pop():g}, kept)" if others and len(kept) == 1
+             else "checkpoints measured")
     ax.plot(xs, ys, "-o", color="#2563eb", ms=4, lw=1.2, label=label)
     for p in full:
         if p.iteration:

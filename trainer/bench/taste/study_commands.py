@@ -295,14 +295,17 @@ def _run_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+ORDER_DESCRIPTION = (
+    "Per stored method run (every taste, seed and tree count of each --runs folder): the points the "
+    "backward order (guard.measure: backward) would have measured, the guard's choice among them against "
+    "its choice among every point, and the measurements each made."
+)
+
 
 def _add_order(kinds: argparse._SubParsersAction) -> None:
     o = kinds.add_parser("taste-order", help="the guard measuring the last checkpoint first, replayed on "
                          "stored bench taste runs that measured every checkpoint (no training)",
-                         description="Per stored method run (every taste, seed and tree count of each "
-                                     "--runs folder): the points the backward order (guard.measure: "
-                                     "backward) would have measured, the guard's choice among them against "
-                                     "its choice among every point, and the measurements each made.")
+                         description=ORDER_DESCRIPTION)
     o.add_argument("--runs", type=Path, action="append", required=True, metavar="DIR",
                    help="a bench taste output folder (DIR/<taste>/taste.json; repeat)")
     o.set_defaults(func=_run_order)

@@ -135,7 +135,8 @@ def test_paired_standard_error_and_lora_strength() -> None:
 # ---------------------------------------------------------------------- a guarded run
 @pytest.fixture(scope="module")
 def guarded_run(tmp_path_factory):
-    config = load_config(TrainConfig, None, [*TINY, *ORACLE, "seed=3", "guard.keep=loosely", "iterations=4"])
+    config = load_config(TrainConfig, None, [*TINY, *ORACLE, "seed=3", "guard.keep=loosely", "iterations=4",
+                                             "guard.measure=every"])  # every checkpoint on the trail
     trainer = Trainer(config)
     pairs = separate_validation_pairs(config, trainer.eval_pairs)
     lines: list[str] = []

@@ -86,7 +86,7 @@ def test_each_weight_trains_from_the_same_start_as_a_fresh_run_at_that_weight() 
     assert all(torch.equal(both.results[1].snapshots[2][k], v) for k, v in fresh.result.snapshots[2].items())
     for result, weight in zip(both.results, (0.3, 0.5), strict=True):  # the weight path: flat at its weight
         path = [p.picks_weight for p in result.trail.points if p.iteration and p.strength == 1.0]
-        assert path == [weight] * 2
+        assert path and path == [weight] * len(path)  # the checkpoints measured (the last one at least)
     gains = [validation_gain(r.trail, r.choice) for r in both.results]
     assert both.choice.gains == tuple(gains) and both.result is both.results[both.choice.index]
 

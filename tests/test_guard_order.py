@@ -45,6 +45,16 @@ def test_past_the_limit_the_guard_walks_back_until_one_is_within_it() -> None:
     assert _walk({12: 0.0, 24: 0.0195}, [12, 24], margin=0.0) == [24]
 
 
+def test_a_last_checkpoint_that_lost_taste_is_no_reason_to_stop() -> None:
+    """Within the limit but below the base model's taste: the earlier checkpoints may hold more."""
+    trail, order = _trail(), []
+    tastes = {12: 0.3, 24: -0.1}
+    while (it := next_to_measure(trail, [12, 24], 1.0)) is not None:
+        order.append(it)
+        trail.points.append(TrailPoint(it, 1.0, tastes[it], 0.5, 0.001))
+    assert order == [24, 12]
+
+
 def test_a_continued_run_measures_its_new_checkpoints_first() -> None:
     """The first run measured 12 and 24 (24 within the limit); the continued run kept 30 and 36."""
     trail = _trail((12, 0.0), (24, 0.01))

@@ -319,9 +319,9 @@ class GuardConfig:
     each checkpoint a controller (``trainer/guard/controller.py``) sets the picks weight of the next
     iterations from the measured fall, starting from the reward's own weight, so the run ends near the
     limit whatever the taste (off: it did no better than the fixed weight, docs/picks.md).
-    ``measure``: when the checkpoints are measured: ``backward`` (after training, the last checkpoint
-    first and earlier ones only while the later ones are past the limit; it chose as ``every`` did on
-    the stored benchmark runs with fewer measurements, ``trainer/guard/order.py``) or ``every`` (each
+    ``measure``: when the checkpoints are measured: ``backward`` (after training, the last checkpoint first
+    and earlier ones only while the later ones are past the limit or lost taste; it chose as ``every`` did
+    on the stored benchmark runs with fewer measurements, ``trainer/guard/order.py``) or ``every`` (each
     checkpoint as it is kept, the order before this option; ``steer`` measures so whatever this says).
     ``weights``: the picks weights the guard tries (``trainer/guard/weights.py``): the same picks train
     once at each weight (the other terms share the rest as written) and the run whose chosen checkpoint

@@ -5,13 +5,13 @@ this with :mod:`~..training.guarded`, which also supplies how validation images 
 reward names a taste term
 (``picks``, the personal reward; ``function`` for a benchmark's hidden taste) and at least one guard
 term (``scene``, ``pickscore``, ...). It measures the base model, then every ``guard.every`` iterations
-keeps a CPU copy of the LoRA; a checkpoint is measured by the mean taste and guard over the validation
-pairs (ODE images of fixed prompt/seed pairs that training never draws), after training the last one
-first and earlier ones only while the later ones are past the limit (:mod:`~.order`; ``guard.measure:
-every`` measures each one as it is kept). At the end it also measures the LoRA at
-lower strengths where the last checkpoints went past the limit, chooses (:func:`~.choice.choose`), and
-loads the chosen weights into the policy. Every kept checkpoint stays available: a person may take
-another one, or another strength, without training again (:meth:`GuardedResult.apply`).
+keeps a CPU copy of the LoRA; a checkpoint is measured by the mean taste and guard over the validation pairs
+(ODE images of fixed prompt/seed pairs that training never draws), after training the last one first and
+earlier ones only while the later ones are past the limit or lost taste (:mod:`~.order`; ``guard.measure:
+every`` measures each one as it is kept). At the end it also measures the LoRA at lower strengths where the
+last checkpoints went past the limit, chooses (:func:`~.choice.choose`), and loads the chosen weights into the
+policy. Every kept checkpoint stays available: a person may take another one, or another strength, without
+training again (:meth:`GuardedResult.apply`).
 """
 
 from __future__ import annotations

@@ -46,6 +46,14 @@ def allowed(trail: Trail, point: TrailPoint, margin: float = 0.0) -> bool:
     return trail.fall(point) + margin * point.guard_se <= trail.limit + 1e-12
 
 
+def tastiest_past_limit(trail: Trail, margin: float = 0.0) -> TrailPoint | None:
+    """The checkpoint (full strength) past the limit with the most taste: the one the strength search
+    works on (None: every measured checkpoint is within the limit)."""
+    over = [p for p in trail.points
+            if p.iteration > 0 and p.strength == 1.0 and not allowed(trail, p, margin)]
+    return max(over, key=lambda p: p.taste) if over else None
+
+
 def choose(trail: Trail, margin: float = 0.0) -> Choice:
     """The trained point with the highest taste among those within the limit. None when no trained
     point is within it, or none of those raised the taste above the base model's."""

@@ -27,7 +27,7 @@ from ..config.schema import GuardConfig, TrainConfig
 from ..lora.adapters import load_lora_state, lora_state_dict
 from ..rewards.mix import RewardMix, parse_reward_spec
 from ..rewards.registry import PICKS
-from .choice import Choice, allowed, choose, take
+from .choice import Choice, allowed, choose, take, tastiest_past_limit
 from .controller import ControllerConfig, ControllerState, picks_weight, update
 from .levels import guard_limit
 from .order import next_to_measure
@@ -254,11 +254,10 @@ class GuardedTraining:
         toward the strongest that fits (:func:`~.strengths.bisect_strength`), ``strength_tries``
         measurements."""
         trail, margin = self.trail, self.config.margin
-        over = [p for p in trail.points
-                if p.iteration > 0 and p.strength == 1.0 and not allowed(trail, p, margin)]
-        if not over:
+        tastiest = tastiest_past_limit(trail, margin)
+        if tastiest is None:
             return
-        it = max(over, key=lambda p: p.taste).iteration
+        it = tastiest.iteration
         known = [(p.strength, allowed(trail, p, margin)) for p in trail.points if p.iteration == it]
         bisect_strength(known, self.config.strength_tries,
                         lambda s: allowed(trail, self._measure_strength(it, s), margin))

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ...guard.choice import Choice, allowed, choose
+from ...guard.choice import Choice, choose, tastiest_past_limit
 from ...guard.order import next_to_measure
 from ...guard.trail import Trail, TrailPoint
 
@@ -28,12 +28,6 @@ def stored_trail(run: dict[str, Any]) -> Trail:
     """A stored method run's trail (every point it measured on the validation pairs)."""
     points = [TrailPoint(**{k: p[k] for k in _FIELDS}) for p in run["points"]]
     return Trail(run["limit"], 0.0, points)
-
-
-def _tastiest_over(trail: Trail, margin: float) -> TrailPoint | None:
-    over = [p for p in trail.points
-            if p.iteration > 0 and p.strength == 1.0 and not allowed(trail, p, margin)]
-    return max(over, key=lambda p: p.taste) if over else None
 
 
 def _key(choice: Choice) -> tuple[int, float] | None:
@@ -51,7 +45,7 @@ def replay(run: dict[str, Any], margin: float) -> dict[str, Any] | None:
         if point is None:
             return None
         sub.points.append(point)
-    searched, wanted = _tastiest_over(full, margin), _tastiest_over(sub, margin)
+    searched, wanted = tastiest_past_limit(full, margin), tastiest_past_limit(sub, margin)
     if wanted is not None:
         if searched is None or searched.iteration != wanted.iteration:
             return None

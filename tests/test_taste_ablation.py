@@ -10,6 +10,7 @@ import pytest
 from dynamic_treerpo.trainer.bench.taste import ablation as ab
 from dynamic_treerpo.trainer.bench.taste.budget import QUICK, SeedResult
 from dynamic_treerpo.trainer.bench.taste.page import markdown
+from dynamic_treerpo.trainer.bench.taste.page_parts import calibration_words
 from dynamic_treerpo.trainer.bench.taste.summary import summarise
 
 BUDGET = replace(QUICK, seeds=3, trees=50, at=(), frontier_weights=(0.3, 0.5), frontier_steer=False, rounds=1,
@@ -129,6 +130,18 @@ def test_the_stated_risk_is_summed_over_runs_and_set_beside_the_runs_that_went_p
     # the standard error grows by sqrt(2), P(Z > 0.015 / 0.01414) = 0.1444 per run
     assert stated["expected_on_test"] == pytest.approx(3 * 0.1444, abs=1e-3)
     assert stated["p_at_least_on_test"] == pytest.approx(1 - (1 - 0.1444) ** 3, abs=1e-3)
+    # test falls 0.01, 0.03, 0.01 against the validation fall 0.005, in units of 0.01 * sqrt(2)
+    surprise = [0.005 / 0.014142, 0.025 / 0.014142, 0.005 / 0.014142]
+    calibration = stated["calibration"]
+    assert calibration["n"] == 3 and calibration["mean"] == pytest.approx(sum(surprise) / 3, abs=1e-3)
+    assert calibration["sd"] == pytest.approx(0.8165, abs=1e-3)
+
+
+def test_error_calibration_needs_two_runs_and_its_sentence_says_what_right_looks_like() -> None:
+    assert math.isnan(ab.error_calibration([0.4])["sd"])
+    assert calibration_words(ab.error_calibration([0.4])) == ""
+    words = calibration_words(ab.error_calibration([1.0, -1.0]))
+    assert "mean +0.00, standard deviation 1.41 over 2 runs" in words
 
 
 def test_the_fall_gap_compares_every_checkpoint_on_validation_and_test_pairs() -> None:

@@ -313,7 +313,7 @@ def stated_risk(summaries: Sequence[dict[str, Any]]) -> dict[str, float]:
     pairs' own draw explains."""
     from ...guard.choice import past_limit_chance
 
-    chances, on_test = [], []
+    chances, on_test, surprise = [], [], []
     for s in summaries:
         b = s["budget"]
         widen = math.sqrt(1.0 + b["validation_pairs"] / b["eval_pairs"])
@@ -327,10 +327,22 @@ def stated_risk(summaries: Sequence[dict[str, Any]]) -> dict[str, float]:
                 fall, se = run["points"][0]["guard"] - point["guard"], point["guard_se"]
                 chances.append(past_limit_chance(fall, se, run["limit"]))
                 on_test.append(past_limit_chance(fall, se * widen, run["limit"]))
+                if se > 0:
+                    surprise.append(((seed["scene_before"] - run["scene"]) - fall) / (se * widen))
     past = risk_count(summaries)["past"]
     return {"expected": sum(chances), "past": past, "runs": len(chances),
             "p_at_least": at_least_chance(chances, past), "expected_on_test": sum(on_test),
-            "p_at_least_on_test": at_least_chance(on_test, past)}
+            "p_at_least_on_test": at_least_chance(on_test, past), "calibration": error_calibration(surprise)}
+
+
+def error_calibration(surprise: Sequence[float]) -> dict[str, float]:
+    """How well the guard's standard error states its error, from each chosen checkpoint's test fall
+    minus its validation fall in units of that difference's stated spread: mean 0 and standard deviation
+    1 when it is right. A larger deviation says the error is understated; a positive mean says choosing
+    the tastiest point within the limit favours points whose validation fall came out low."""
+    if len(surprise) < 2:
+        return {"n": len(surprise), "mean": math.nan, "sd": math.nan}
+    return {"n": len(surprise), "mean": statistics.fmean(surprise), "sd": statistics.stdev(surprise)}
 
 
 def fall_gap(summary: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Small pieces every section of the taste page uses: the markers of a section, a gain with its interval,
-and the line that says which code version made the figures.
+the line that says which code version made the figures, and how well the guard stated its error.
 
 Why apart from ``page.py``: the family's and the template's sections (``family_page.py``) use them too,
 and ``page.py`` adds those sections' tables to the main one, so sharing them through ``page.py`` would
@@ -42,3 +42,14 @@ def code_line(summaries: Sequence[dict[str, Any]]) -> str:
     if len(unique) == 1:
         return f"Made at one code version: {name(unique[0])}.{where}"
     return "Made by **more than one code version**: " + ", ".join(map(name, unique)) + f".{where}"
+
+
+def calibration_words(calibration: dict[str, float]) -> str:
+    """One sentence on whether the guard's standard error was right on these runs (``stated_risk``'s
+    ``calibration``); empty where fewer than two runs chose a checkpoint."""
+    if calibration["n"] < 2:
+        return ""
+    return (f"The chosen checkpoints' test fall minus validation fall, in units of the spread the guard's "
+            f"standard error states for it: mean {calibration['mean']:+.2f}, standard deviation "
+            f"{calibration['sd']:.2f} over {calibration['n']} runs (0 and 1 when the stated error is right; "
+            "a positive mean is the choice favouring points whose validation fall came out low).")

@@ -146,6 +146,18 @@ def cost_rows(summaries: Sequence[dict[str, Any]]) -> list[str]:
     return rows
 
 
+def where_it_ran(summaries: Sequence[dict[str, Any]]) -> str:
+    """Where the seconds were spent, from the runs' own thread setting: a run limited to one thread was
+    run beside others (the benchmark's way of using every core), so its seconds are not one person's
+    wait; ``bench taste-cost`` times the default alone."""
+    threads = {e.partition("=")[2].strip() for s in summaries for e in s.get("extra", [])
+               if e.partition("=")[0].strip() == "threads"}
+    if threads == {"1"}:
+        return ("on one CPU thread each, with other runs beside it on the machine (`bench taste-cost` "
+                "times a run alone)")
+    return "on this machine's CPU cores"
+
+
 def split_rows(summaries: Sequence[dict[str, Any]]) -> list[str]:
     """Where the gain went, per tree count measured at every point: the frontier, what the run offered at
     its best test point within the limit, what the choice kept, and taste per unit of fall."""
@@ -170,9 +182,9 @@ def extra_tables(summaries: Sequence[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     costs = cost_rows(summaries)
     if costs:
-        lines += ["", "What each run cost on 2 CPU cores (means over seeds; a benchmark's own test "
-                      "measurements are not counted): wall seconds, of them the guard's measurements on the "
-                      "validation pairs, and the images training and the guard drew.", "",
+        lines += ["", f"What each run cost {where_it_ran(summaries)} (means over seeds; a benchmark's own "
+                      "test measurements are not counted): wall seconds, of them the guard's measurements on "
+                      "the validation pairs, and the images training and the guard drew.", "",
                   "| taste | labelled trees | seconds | the guard's seconds | training images | "
                   "guard images |",
                   "|---|---|---|---|---|---|", *costs]

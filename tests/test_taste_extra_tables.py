@@ -31,3 +31,44 @@ def test_the_split_row_tells_what_the_reward_lost_from_what_the_choice_lost() ->
     lines = extra_tables([_summary([])])
     # offered 90% of the frontier: 10% lost to the reward; the choice kept 70%: 20% lost to the choice
     assert "| lower_objects | 50 | +0.200 | +0.180 (90%) | +0.140 (70%) | 10% | 20% | 8.0 / 10.0 |" in lines
+
+
+def _template_summary(taste: str) -> dict[str, Any]:
+    """A template run as ``summarise`` stores it: 3 seeds at 12 trees, gains 0.1 of a frontier of 0.2."""
+    from dataclasses import asdict, replace
+
+    from dynamic_treerpo.trainer.bench.taste.budget import QUICK, SeedResult
+    from dynamic_treerpo.trainer.bench.taste.summary import summarise
+
+    budget = replace(QUICK, trees=12, seeds=3, at=(), template=True, frontier_weights=(0.5,))
+    results = []
+    for seed in range(3):
+        base = {"iteration": 0, "strength": 1.0, "taste": 0.0, "guard": 0.4, "guard_se": 0.0}
+        point = {**base, "iteration": 2, "taste": 1.0, "guard": 0.39, "guard_se": 0.005}
+        method = {"taste": 0.6, "scene": 0.39, "accuracy": 0.8, "held_out_pairs": 34.0, "limit": 0.02,
+                  "points": [base, point],
+                  "costs": {"seconds": 98.0, "guard_seconds": 40.0, "training_images": 1.0,
+                            "guard_images": 1.0},
+                  "chosen": {"iteration": 2, "strength": 1.0, "reason": "r", "validation_taste_gain": 1.0,
+                             "validation_scene_fall": 0.01}}
+        arm = {"weight": 0.5, "gain": 0.2, "scene_change": -0.01, "iteration": 2, "strength": 1.0,
+               "limit": 0.02, "taste": 0.7, "scene": 0.39, "points": []}
+        results.append(SeedResult(seed, 0.5, 0.4, {"taste": 0.7, "scene": 0.39, "weight": 0.5},
+                                  {"0.5": arm}, {12: method}))
+    out = summarise(results, budget, taste)
+    out["per_seed"] = [asdict(r) for r in results]
+    return out
+
+
+def test_the_template_section_gives_a_row_per_taste_and_names_the_old_budget_only_when_run() -> None:
+    from dynamic_treerpo.trainer.bench.taste.family_page import template_markdown
+
+    section = template_markdown([_template_summary("lower_objects")], "treerpo bench taste --template")
+    assert "| lower_objects | +0.200 (+0.200 to +0.200) | +0.100 (+0.100 to +0.100) | 50% |" in section
+    assert "| 98 |" in section and "0.5.0's template budget" not in section
+    assert "Every taste and seed pooled: 50% of the frontier" in section
+    assert "past the limit: 0 of 3" in section
+    old = _template_summary("lower_objects")
+    section = template_markdown([_template_summary("lower_objects")], "cmd", [old])
+    assert "0.5.0's template budget: gain, share, seconds |" in section
+    assert "50% of its own frontier" in section

@@ -217,7 +217,8 @@ def template_rows(summaries: Sequence[dict[str, Any]], against: dict[str, dict[s
             f"{old['frontier_gain']['mean']:+.3f}, {old.get('costs', {}).get('seconds', math.nan):.0f} s")
         rows.append(f"| {s['taste']} | {with_ci(row['frontier_gain'])} | {with_ci(row['taste_gain'])} | "
                     f"{row['share_of_frontier']:.0%} | {with_ci(row['guard_change'])} | "
-                    f"{row['past_limit']['runs']} of {row['past_limit']['of']} | {seconds:.0f} | {then} |")
+                    f"{row['past_limit']['runs']} of {row['past_limit']['of']} | {seconds:.0f} |"
+                    + (f" {then} |" if against else ""))
     return rows
 
 
@@ -243,8 +244,9 @@ def template_markdown(summaries: Sequence[dict[str, Any]], command: str,
              "trains the hidden taste on the same prompts with the same budget. No target: what a person "
              "gets.", "",
              "| taste | oracle frontier | taste gain | share of the frontier | prompt-following change | "
-             "runs past the limit | seconds | 0.5.0's template budget: gain, share, seconds |",
-             "|---|---|---|---|---|---|---|---|", *template_rows(summaries, old), "",
+             "runs past the limit | seconds |"
+             + (" 0.5.0's template budget: gain, share, seconds |" if old else ""),
+             "|---|---|---|---|---|---|---|" + ("---|" if old else ""), *template_rows(summaries, old), "",
              f"Every taste and seed pooled: {pooled['mean']:.0%} of the frontier "
              f"({pooled['mean'] - pooled['ci95']:.0%} to {pooled['mean'] + pooled['ci95']:.0%}, "
              f"{pooled['n']} runs); runs past the limit: {risk['past']} of {risk['runs']}.", end]

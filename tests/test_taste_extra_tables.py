@@ -72,3 +72,17 @@ def test_the_template_section_gives_a_row_per_taste_and_names_the_old_budget_onl
     section = template_markdown([_template_summary("lower_objects")], "cmd", [old])
     assert "0.5.0's template budget: gain, share, seconds |" in section
     assert "50% of its own frontier" in section
+
+
+def test_runs_that_differ_only_in_their_taste_are_written_as_one_loop() -> None:
+    from dynamic_treerpo.trainer.bench.taste.page_parts import as_loop, run_commands
+
+    runs = [f"treerpo bench taste --tastes {t} --seeds 1 --out runs/f --resume" for t in ("a", "b", "c")]
+    assert as_loop(runs) == ["for t in a b c; do", "  treerpo bench taste --tastes $t --seeds 1 --out runs/f "
+                             "--resume", "done"]
+    assert as_loop(runs[:2]) == runs[:2]  # two stay as they are
+    mixed = [*runs[:2], "treerpo bench taste --tastes c --seeds 3 --out runs/f --resume"]
+    assert as_loop(mixed) == mixed
+    summaries = [{"command": r} for r in runs]
+    assert run_commands(summaries, "treerpo bench taste --report")[-1] == "treerpo bench taste --report"
+    assert run_commands(summaries, runs[0]) == as_loop(runs)  # a report that repeats a run adds no line

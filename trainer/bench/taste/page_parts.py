@@ -1,5 +1,5 @@
 """Small pieces every section of the taste page uses: the markers of a section, a gain with its interval,
-the line that says which code version made the figures, and how well the guard stated its error.
+the commands and the code version that made the figures, and how well the guard stated its error.
 
 Why apart from ``page.py``: the family's and the template's sections (``family_page.py``) use them too,
 and ``page.py`` adds those sections' tables to the main one, so sharing them through ``page.py`` would
@@ -9,6 +9,7 @@ make the two modules import each other.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,26 @@ def with_ci(e: dict[str, Any], digits: int = 3) -> str:
     if not math.isfinite(half):
         return f"{mean:+.{digits}f}"
     return f"{mean:+.{digits}f} ({mean - half:+.{digits}f} to {mean + half:+.{digits}f})"
+
+
+def run_commands(summaries: Sequence[dict[str, Any]], command: str) -> list[str]:
+    """The commands that made the figures (each taste's run, in order) and this one when it adds something:
+    a ``--report`` that only repeats a run which already wrote the page is left out, so reporting again
+    leaves the page as it was."""
+    runs = list(dict.fromkeys(s.get("command") or command for s in summaries))
+    repeats = command in runs or command.replace(" --report", "") in runs
+    return [*as_loop(runs), *([] if repeats else [command])]
+
+
+def as_loop(runs: list[str]) -> list[str]:
+    """Runs that differ only in the taste they name, written as one shell loop over the tastes (the same
+    commands, in order), so that a page of many tastes stays readable; other runs as they are."""
+    tastes = [re.search(r"--tastes (\S+)", run) for run in runs]
+    shapes = {run.replace(m.group(0), "--tastes $t") for run, m in zip(runs, tastes, strict=True) if m}
+    if len(runs) < 3 or not all(tastes) or len(shapes) != 1:
+        return runs
+    names = " ".join(m.group(1) for m in tastes if m)
+    return [f"for t in {names}; do", f"  {shapes.pop()}", "done"]
 
 
 def code_line(summaries: Sequence[dict[str, Any]]) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .ablation import pooled_share, risk_count, stated_risk
-from .page_parts import calibration_words, code_line, marks, run_commands, with_ci
+from .page_parts import calibration_words, code_line, marks, run_commands, with_ci, with_space
 
 FAMILY_SECTION = "family"
 TEMPLATE_SECTION = "template"
@@ -123,8 +123,8 @@ def family_markdown(summaries: Sequence[dict[str, Any]], command: str,
                  + f"; worst {worst['value']:.0%}. Every run pooled: {pooled['mean']:.0%} "
                  f"({pooled['mean'] - pooled['ci95']:.0%} to {pooled['mean'] + pooled['ci95']:.0%}, "
                  f"{pooled['n']} runs). Runs whose held-out fall went past the limit: {risk['past']} of "
-                 f"{risk['runs']}" + (risk_words(stated) if stated["runs"] else "") + ". "
-                 + calibration_words(stated["calibration"]))
+                 f"{risk['runs']}" + (risk_words(stated) if stated["runs"] else "") + "."
+                 + with_space(calibration_words(stated["calibration"])))
     if named:
         shares = [taste_share(s, n) for s in named if n in s["by_trees"]]
         if shares:

@@ -28,7 +28,7 @@ from .ablation import (
     verdict,
 )
 from .frontier import frontier_name
-from .page_parts import calibration_words, code_line, marks, run_commands, with_ci
+from .page_parts import calibration_words, code_line, marks, run_commands, with_ci, with_space
 
 TABLE_HEAD = ("| taste | labelled trees | taste gain | oracle frontier | share of the frontier | target | "
               "prompt-following change | limit: held? | runs past the limit | held-out pair accuracy |",
@@ -159,8 +159,8 @@ def overall_lines(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict
             "", f"The risk the node states expects {stated['expected']:.1f} of those {stated['runs']} runs "
             f"past the limit (the sum of each chosen checkpoint's chance); {stated['past']} went past on the "
             "test pairs. The guard measures on validation pairs and the table on test pairs, two fixed sets "
-            "that every seed shares, so a difference between the sets is one draw that every run carries. "
-            + calibration_words(stated["calibration"])
+            "that every seed shares, so a difference between the sets is one draw that every run carries."
+            + with_space(calibration_words(stated["calibration"]))
             + " Every checkpoint measured on both sets, per taste:", "", *fall_gap_lines(summaries)]
     n = ABLATION_TREES
     if all(n in s["by_trees"] for s in summaries):

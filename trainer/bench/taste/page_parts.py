@@ -65,6 +65,11 @@ def code_line(summaries: Sequence[dict[str, Any]]) -> str:
     return "Made by **more than one code version**: " + ", ".join(map(name, unique)) + f".{where}"
 
 
+def with_space(sentence: str) -> str:
+    """A sentence to follow another on the same line: a space before it, nothing where it is empty."""
+    return f" {sentence}" if sentence else ""
+
+
 def calibration_words(calibration: dict[str, float]) -> str:
     """One sentence on whether the guard's standard error was right on these runs (``stated_risk``'s
     ``calibration``); empty where fewer than two runs chose a checkpoint."""

@@ -144,6 +144,18 @@ def test_error_calibration_needs_two_runs_and_its_sentence_says_what_right_looks
     assert "mean +0.00, standard deviation 1.41 over 2 runs" in words
 
 
+def test_runs_that_share_both_pair_sets_are_said_to_share_one_draw() -> None:
+    # the helper's runs all measure the base at 0.4 on validation and on test: the template's case
+    runs = [_summary("lower_objects", [0.1, 0.1, 0.1], [-0.01, -0.03, -0.01])]
+    assert ab.stated_risk(runs)["calibration"]["shared"]
+    assert "share one draw" in calibration_words(ab.stated_risk(runs)["calibration"])
+    # a run whose validation set differs (its own prompts: the named table's case) breaks the sharing
+    runs[0]["per_seed"][1]["reward"][50]["points"][0]["guard"] = 0.41
+    assert not ab.stated_risk(runs)["calibration"]["shared"]
+    assert "share one draw" not in calibration_words(ab.stated_risk(runs)["calibration"])
+    assert not ab.shares_both_sets(runs[:0])
+
+
 def test_the_fall_gap_compares_every_checkpoint_on_validation_and_test_pairs() -> None:
     gap = ab.fall_gap(_summary("lower_objects", [0.1, 0.1, 0.1], [-0.01, -0.01, -0.01]))
     # per seed two checkpoints: validation falls 0.005 and 0.015, test falls 0.01 and 0.02

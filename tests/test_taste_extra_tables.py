@@ -67,7 +67,7 @@ def test_the_template_section_gives_a_row_per_taste_and_names_the_old_budget_onl
     assert "| lower_objects | +0.200 (+0.200 to +0.200) | +0.100 (+0.100 to +0.100) | 50% |" in section
     assert "| 98 |" in section and "0.5.0's template budget" not in section
     assert "Every taste and seed pooled: 50% of the frontier" in section
-    assert "past the limit: 0 of 3" in section
+    assert "past the limit: 0 of 3, where the risk the node states expected" in section
     old = _template_summary("lower_objects")
     section = template_markdown([_template_summary("lower_objects")], "cmd", [old])
     assert "0.5.0's template budget: gain, share, seconds |" in section

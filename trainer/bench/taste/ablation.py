@@ -332,17 +332,34 @@ def stated_risk(summaries: Sequence[dict[str, Any]]) -> dict[str, float]:
     past = risk_count(summaries)["past"]
     return {"expected": sum(chances), "past": past, "runs": len(chances),
             "p_at_least": at_least_chance(chances, past), "expected_on_test": sum(on_test),
-            "p_at_least_on_test": at_least_chance(on_test, past), "calibration": error_calibration(surprise)}
+            "p_at_least_on_test": at_least_chance(on_test, past),
+            "calibration": error_calibration(surprise, shares_both_sets(summaries))}
 
 
-def error_calibration(surprise: Sequence[float]) -> dict[str, float]:
+def error_calibration(surprise: Sequence[float], shared: bool = False) -> dict[str, Any]:
     """How well the guard's standard error states its error, from each chosen checkpoint's test fall
     minus its validation fall in units of that difference's stated spread: mean 0 and standard deviation
     1 when it is right. A larger deviation says the error is understated; a positive mean says choosing
-    the tastiest point within the limit favours points whose validation fall came out low."""
+    the tastiest point within the limit favours points whose validation fall came out low.
+
+    ``shared``: every run validated on the same pairs and was tested on the same pairs (the template's
+    few prompts at fixed seeds), so their differences share one draw of the two sets: the mean is then
+    mostly that draw, and a deviation below 1 says the runs' errors are not independent."""
     if len(surprise) < 2:
-        return {"n": len(surprise), "mean": math.nan, "sd": math.nan}
-    return {"n": len(surprise), "mean": statistics.fmean(surprise), "sd": statistics.stdev(surprise)}
+        return {"n": len(surprise), "mean": math.nan, "sd": math.nan, "shared": shared}
+    return {"n": len(surprise), "mean": statistics.fmean(surprise), "sd": statistics.stdev(surprise),
+            "shared": shared}
+
+
+def shares_both_sets(summaries: Sequence[dict[str, Any]]) -> bool:
+    """Whether every method run measured the same base model on the same validation pairs and the same
+    test pairs: one validation base value and one test base value over every run (the pairs themselves
+    are not stored; the base model's scores on them are, to every digit)."""
+    validation = {run["points"][0]["guard"] for s in summaries for seed in s["per_seed"]
+                  for run in seed["reward"].values() if run["points"]}
+    test = {seed["scene_before"] for s in summaries for seed in s["per_seed"]}
+    runs = sum(len(seed["reward"]) for s in summaries for seed in s["per_seed"])
+    return runs > 1 and len(validation) == 1 and len(test) == 1
 
 
 def fall_gap(summary: dict[str, Any]) -> dict[str, Any]:

@@ -238,7 +238,7 @@ def template_markdown(summaries: Sequence[dict[str, Any]], command: str,
     b = summaries[0]["budget"]
     n = list(summaries[0]["by_trees"])[-1]
     pooled = pooled_share(summaries, n)
-    risk = risk_count(summaries)
+    risk, stated = risk_count(summaries), stated_risk(summaries)
     begin, end = marks(TEMPLATE_SECTION)
     old = {s["taste"]: s for s in against}
     lines = [begin, "## The template as it opens", "",
@@ -260,5 +260,7 @@ def template_markdown(summaries: Sequence[dict[str, Any]], command: str,
              "|---|---|---|---|---|---|---|" + ("---|" if old else ""), *template_rows(summaries, old), "",
              f"Every taste and seed pooled: {pooled['mean']:.0%} of the frontier "
              f"({pooled['mean'] - pooled['ci95']:.0%} to {pooled['mean'] + pooled['ci95']:.0%}, "
-             f"{pooled['n']} runs); runs past the limit: {risk['past']} of {risk['runs']}.", end]
+             f"{pooled['n']} runs); runs past the limit: {risk['past']} of {risk['runs']}"
+             + (risk_words(stated) if stated["runs"] else "") + "."
+             + with_space(calibration_words(stated["calibration"])), end]
     return "\n".join(lines)

@@ -70,7 +70,7 @@ def with_space(sentence: str) -> str:
     return f" {sentence}" if sentence else ""
 
 
-def calibration_words(calibration: dict[str, float]) -> str:
+def calibration_words(calibration: dict[str, Any]) -> str:
     """One sentence on whether the guard's standard error was right on these runs (``stated_risk``'s
     ``calibration``); empty where fewer than two runs chose a checkpoint."""
     if calibration["n"] < 2:
@@ -78,4 +78,9 @@ def calibration_words(calibration: dict[str, float]) -> str:
     return (f"The chosen checkpoints' test fall minus validation fall, in units of the spread the guard's "
             f"standard error states for it: mean {calibration['mean']:+.2f}, standard deviation "
             f"{calibration['sd']:.2f} over {calibration['n']} runs (0 and 1 when the stated error is right; "
-            "a positive mean is the choice favouring points whose validation fall came out low).")
+            "a positive mean is the choice favouring points whose validation fall came out low)."
+            + (" Every one of these runs validated on the same pairs and was tested on the same pairs, so "
+               "they share one draw of the difference between the two sets: the mean is mostly that draw, "
+               "a standard deviation below 1 says the runs' errors are not independent, and the chances "
+               "above, which treat the runs as independent, overstate the evidence."
+               if calibration.get("shared") else ""))

@@ -7,7 +7,8 @@
 - ``taste-guard-steps``: whether cheaper images could measure the guard's fall more precisely;
 - ``taste-rewards``: which personal-reward head orders a hidden taste best from the same picks (no RL);
 - ``taste-cost``: what training from picks costs as the node runs it, the default beside the alternatives;
-- ``taste-order``: the guard's backward measuring order replayed on stored runs that measured every point.
+- ``taste-order``: the guard's backward measuring order replayed on stored runs that measured every point;
+- ``taste-sets``: one template run measured on more seed sets than the two its row is judged on.
 
 Why subcommands and not options of ``bench taste``: each reads other inputs and writes other files, so
 each ``--help`` says only what that study takes.
@@ -67,6 +68,7 @@ def add_study_commands(kinds: argparse._SubParsersAction) -> None:
     _add_rewards(kinds)
     _add_cost(kinds)
     _add_order(kinds)
+    _add_sets(kinds)
 
 
 def _command(name: str, args: argparse.Namespace, flags: tuple[str, ...]) -> str:
@@ -323,4 +325,35 @@ def _run_order(args: argparse.Namespace) -> int:
         print(f"{folder}: {order_line(counts)}")
         total = {k: total[k] + counts[k] for k in total}
     print(f"all: {order_line(total)}")
+    return 0
+
+
+SETS_DESCRIPTION = (
+    "Trains one run of the template row (bench taste --template: the template's 12 trees labelled by the "
+    "simulated person, trained as the node trains them) and measures the base and the kept model on the "
+    "guard's validation pairs, the row's test pairs and --sets further seed sets of the same prompts: "
+    "which set is the unusual one, and whether the spread between sets is the guard's stated error. "
+    "Writes out/<taste>_seed<seed>.json."
+)
+
+
+def _add_sets(kinds: argparse._SubParsersAction) -> None:
+    s = kinds.add_parser("taste-sets", help="one template run measured on further seed sets of its prompts",
+                         description=SETS_DESCRIPTION)
+    s.add_argument("--taste", required=True,
+                   help="one hidden taste (a name of trainer/bench/taste/hidden_tastes.py)")
+    s.add_argument("--seed", type=int, default=0, help="the template row's seed to run again (default 0)")
+    s.add_argument("--sets", type=int, default=4, help="further seed sets of 512 pairs (default 4)")
+    s.add_argument("--out", type=Path, required=True, help="where <taste>_seed<seed>.json is written")
+    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override, as the row's run had it (threads=1, ...)")
+    s.set_defaults(func=_run_sets)
+
+
+def _run_sets(args: argparse.Namespace) -> int:
+    from .pair_sets import run_sets
+
+    if args.sets < 2:
+        raise ValueError(f"--sets must be at least 2 (a spread needs two further sets), got {args.sets}")
+    run_sets(args.taste, args.seed, args.sets, args.out, args.overrides)
     return 0

@@ -179,7 +179,7 @@ def keep_word(keep: str) -> str:
 def picks_spec(guard_reward: str, picks_weight: float, keep: str = KEEP_OFF) -> str:
     """The trainer's reward: the picks, and the guard reward with the rest of the weight. Under the
     guard it is written at ``GUARDED_PICKS_WEIGHT``; the guard then trains at each of ``guard.weights``
-    (0.3 and 0.5 unless the settings box says otherwise) and keeps one run."""
+    (0.4 alone unless the settings box says otherwise) and keeps one run."""
     weight = picks_weight if keep_word(keep) == "off" else GUARDED_PICKS_WEIGHT
     if guard_reward == NO_GUARD or weight >= 1.0:
         return f"{PICKS}:1"
@@ -236,11 +236,11 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
                                    tooltip="how much following the prompt you will trade for your "
                                            "taste: strictly / closely / loosely let the guard reward fall "
                                            "by at most 0.01 / 0.02 / 0.05 (scene reward; another guard: "
-                                           "the same share of its spread). Training runs twice, your "
-                                           "picks weighing 0.3 and 0.5, keeps a checkpoint every few "
-                                           "rounds and returns the one with the most of your taste within "
-                                           "that; the plot on the node shows the kept run. off: a fixed "
-                                           "weight (below)"),
+                                           "the same share of its spread). Training weighs your picks "
+                                           "0.4 against it, keeps a checkpoint every few rounds and "
+                                           "returns the one with the most of your taste within that; the "
+                                           "plot on the node shows what was measured and kept. off: a "
+                                           "fixed weight (below)"),
                     io.Float.Input("picks_weight", display_name="weight of your picks (when off)",
                                    default=0.15, min=0.05, max=1.0, step=0.05,
                                    tooltip="experts, only when 'keep following the prompt' is off: how much "

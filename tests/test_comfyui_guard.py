@@ -84,7 +84,17 @@ def test_the_guard_chooses_and_shows_the_trade_on_the_node(server: Server, folde
     line = ui["treerpo_guard"][0]
     assert "\n" not in line and ("chose" in line or "base model" in line)
     assert "limit" in line
-    if "chose" in line:  # the picks trained at both weights of guard.weights; the line says which was kept
+    # the default trains once (guard.weights: [0.4]): the line names no choice between weights
+    assert "trained your picks at weights" not in line, line
+
+
+def test_two_weights_from_the_settings_box_train_twice_and_the_line_says_which_was_kept(
+        server: Server, folder: str) -> None:
+    both = SETTINGS + "\nguard.weights=[0.3, 0.5]"  # 0.5.0's default, still a setting
+    result = server.run(graph(folder, settings=both, prefix="loras/both"), timeout=600)
+    assert result["status"]["status_str"] == "success", result["status"]
+    line = result["outputs"]["10"]["treerpo_guard"][0]
+    if "chose" in line:  # the picks trained at both weights; the line says which was kept
         assert "; it trained your picks at weights 0.3 and 0.5 and kept 0." in line, line
 
 

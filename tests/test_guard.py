@@ -226,14 +226,16 @@ def test_headless_training_from_picks_under_the_guard_writes_its_choice_and_figu
         lowest = store.load_images(tree_id).mean(dim=(1, 2, 3)).argsort().tolist()
         store.save_picks(tree_id, liked=lowest[:2], disliked=lowest[-1:])
     run = load_config(TrainConfig, None, [*TINY, "iterations=2", "reward=picks:0.5,scene:0.5",
-                                          f"data.picks={folder}", "guard.keep=loosely"])
+                                          f"data.picks={folder}", "guard.keep=loosely",
+                                          "guard.weights=[0.3, 0.5]"])
     summary = run_training(run, tmp_path / "run", progress=False)
     guard = summary["guard"]
     assert guard["limit"] == 0.05 and guard["points"] >= 2  # the base and at least the last checkpoint
     assert (tmp_path / "run" / "guard" / "trade.png").is_file()
     assert (tmp_path / "run" / "guard" / "before_after.png").is_file()
     assert "guard (a fall of at most 0.0500)" in format_summary(summary)
-    # the guard trained the picks at 0.3 and at 0.5, each in its own folder, and kept one run's
+    # asked for two weights (0.5.0's default), the guard trained the picks at 0.3 and at 0.5, each in its
+    # own folder, and kept one run's
     weights = summary["weights"]
     assert weights["runs"] == ["weight_0.3", "weight_0.5"] and weights["kept"] in (0.3, 0.5)
     kept = tmp_path / "run" / f"weight_{weights['kept']:g}"

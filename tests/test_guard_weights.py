@@ -37,7 +37,7 @@ def test_the_taste_term_takes_the_weight_and_the_others_share_the_rest_as_writte
 
 def test_weights_are_distinct_and_strictly_between_0_and_1_with_one_line_errors() -> None:
     assert check_weights([0.3, 0.5]) == (0.3, 0.5)
-    assert GuardConfig().weights == (0.3, 0.5)
+    assert GuardConfig().weights == (0.4,)  # one training at 0.4 since 0.6
     assert GuardConfig(weights=[]).weights == ()
     for bad in ([0.3, 1.0], [0.0], [0.3, 0.3]):
         with pytest.raises(ValueError, match=r"guard\.weights"):
@@ -47,7 +47,7 @@ def test_weights_are_distinct_and_strictly_between_0_and_1_with_one_line_errors(
     picks = ["reward=picks:0.2,scene:0.8", "data.picks=somewhere"]
     config = load_config(TrainConfig, None, [*picks, "guard.weights=[]"])
     assert tried_weights(config) == (0.2,)  # none listed: the reward's own weight, as written
-    assert tried_weights(load_config(TrainConfig, None, picks)) == (0.3, 0.5)
+    assert tried_weights(load_config(TrainConfig, None, picks)) == (0.4,)
 
 
 def test_the_run_that_gained_most_validation_taste_is_kept_the_first_on_ties() -> None:

@@ -15,8 +15,14 @@ def test_it_times_the_default_beside_each_checkpoint_measured_and_one_training()
     assert default.budget == PICKS_BUDGET and default.trees == PICKS_BUDGET.template.trees == 12
     every = next(c for n, c in names.items() if n.startswith("the default, each checkpoint"))
     assert every.budget == replace(PICKS_BUDGET, measure="every")
-    one = names[f"one training at {PICKS_BUDGET.weights[0]:g}"]
-    assert one.budget.weights == PICKS_BUDGET.weights[:1]
+    # since 0.6 the default is one training (at 0.4): 0.5.0's two trainings are timed beside it
+    assert PICKS_BUDGET.weights == (0.4,) and not any(n.startswith("one training") for n in names)
+    old = names["0.5.0's default: one training per weight of 0.3 and 0.5"]
+    assert old.budget == replace(PICKS_BUDGET, weights=(0.3, 0.5))
+    assert names["small run: 0.5.0's two trainings"].budget.weights == (0.3, 0.5)
+    # a default of two weights is timed beside one training at its first
+    two = {c.name: c for c in cases(replace(PICKS_BUDGET, weights=(0.3, 0.5)))}
+    assert two["one training at 0.3"].budget.weights == (0.3,) and not any("0.5.0" in n for n in two)
     small = [c for n, c in names.items() if n.startswith("small run")]
     assert {c.budget.measure for c in small} == {"backward", "every"}
     assert all(c.trees == SMALL_TREES and c.budget.iterations == SMALL["iterations"] for c in small)

@@ -46,7 +46,7 @@ class PicksBudget:
     lora_alpha: float = 16.0
     checkpoints: int = 4
     validation_pairs: int = 512
-    weights: tuple[float, ...] = (0.3, 0.5)
+    weights: tuple[float, ...] = (0.4,)
     margin: float = 1.0
     measure: str = "backward"
     template: TemplateTrees = TemplateTrees()

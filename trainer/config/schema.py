@@ -326,10 +326,9 @@ class GuardConfig:
     ``weights``: the picks weights the guard tries (``trainer/guard/weights.py``): the same picks train
     once at each weight (the other terms share the rest as written) and the run whose chosen checkpoint
     gained the most personal reward on the validation pairs is kept; one training per weight. The
-    default tries 0.3 and 0.5: the best weight differs per taste, and keeping the better of two runs
-    got more of the taste than 0.3 alone (docs/picks.md, "What each lever gives", and docs/results.md
-    render the figures). ``[]``: the reward's own weights as written, one training (the expert's fixed
-    weight).
+    default is one training at 0.4: on the same runs it kept at least the share of the taste that 0.5.0's
+    two trainings at 0.3 and 0.5 kept, at half the training (docs/results-taste.md, "One training").
+    ``[]``: the reward's own weights as written, one training (the expert's fixed weight).
     """
 
     keep: str | bool = "closely"  # YAML reads a bare ``off`` as false: both mean off
@@ -342,7 +341,7 @@ class GuardConfig:
     search: str = "bisect"
     steer: bool = False
     measure: str = "backward"
-    weights: tuple[float, ...] = (0.3, 0.5)
+    weights: tuple[float, ...] = (0.4,)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weights", check_weights(self.weights))

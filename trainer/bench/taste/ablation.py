@@ -343,8 +343,9 @@ def error_calibration(surprise: Sequence[float], shared: bool = False) -> dict[s
     the tastiest point within the limit favours points whose validation fall came out low.
 
     ``shared``: every run validated on the same pairs and was tested on the same pairs (the template's
-    few prompts at fixed seeds), so their differences share one draw of the two sets: the mean is then
-    mostly that draw, and a deviation below 1 says the runs' errors are not independent."""
+    few prompts at fixed seeds; one seed's trees for every taste), so their differences share one draw of
+    the two sets and are not independent; where the runs move the images alike (the template's), a
+    deviation below 1 shows it."""
     if len(surprise) < 2:
         return {"n": len(surprise), "mean": math.nan, "sd": math.nan, "shared": shared}
     return {"n": len(surprise), "mean": statistics.fmean(surprise), "sd": statistics.stdev(surprise),

@@ -54,8 +54,8 @@ def add_taste_table(kinds: argparse._SubParsersAction) -> None:
                    help="the simulated person's share of random marks (default 0.15; 0: error-free picks)")
     t.add_argument("--picks-weights", default=None, metavar="W,W,...",
                    help="the picks weights the method trains at, one training each, keeping the run whose "
-                        "choice gained the most personal reward on validation pairs (default 0.3,0.5, as "
-                        "guard.weights); one weight: that fixed weight")
+                        "choice gained the most personal reward on validation pairs (default 0.4, as "
+                        "guard.weights: one training; 0.3,0.5: 0.5.0's two)")
     t.add_argument("--quick", action="store_true", help="a smoke run (2 tastes, 6 trees, 2 seeds): CI's")
     t.add_argument("--out", type=Path, default=Path("runs/taste"), help="where <taste>/taste.json go")
     t.add_argument("--resume", action="store_true",

@@ -1,8 +1,9 @@
 """``treerpo bench taste-check``: does the method at several picks weights (the guard choosing the weight,
-0.5.0's default) give what the stored runs at each fixed weight gave? One taste and seed of a stored
-``bench taste`` table, on that table's own frontier, at one tree count: the runs' validation gains and the
-kept run's test figures, printed beside the stored ones, to compare digit for digit (on the kernels the
-table ran with: its ``taste.json`` records them; ``ATEN_CPU_CAPABILITY=avx2`` for 0.4.0's).
+0.5.0's default), or at one (0.6's), give what the stored runs at each fixed weight gave? One taste and
+seed of a stored ``bench taste`` table, on that table's own frontier, at one tree count: the runs'
+validation gains and the kept run's test figures, printed beside the stored ones, to compare digit for
+digit (on the kernels the table ran with: its ``taste.json`` records them; ``ATEN_CPU_CAPABILITY=avx2``
+for 0.4.0's).
 
     ATEN_CPU_CAPABILITY=avx2 treerpo bench taste-check --taste lower_objects --seed 0 \\
         --trees 50 --table docs/data/taste/taste_table --arm docs/data/taste/taste_weight_0.5
@@ -43,9 +44,11 @@ def check_default(taste: str, seed: int, trees: int, weights: Sequence[float], t
     with tempfile.TemporaryDirectory() as work:
         result = run_seed(budget, seed, taste, Path(work), list(stored.get("extra", [])), log, None, frontier)
     mine = result.reward[trees]
-    tried = mine["weights"]
-    log(f"now:    weights {tried['weights']}, validation gains {tried['validation_gains']}, "
-        f"kept {tried['kept']:g}; test taste {mine['taste']!r}, scene {mine['scene']!r}")
+    tried = mine.get("weights")  # absent for one weight: one training, nothing chosen between runs
+    said = (f"weights {tried['weights']}, validation gains {tried['validation_gains']}, "
+            f"kept {tried['kept']:g}" if tried else f"one training at {weights[0]:g}, validation gain "
+            f"{mine['chosen']['validation_taste_gain']!r}")
+    log(f"now:    {said}; test taste {mine['taste']!r}, scene {mine['scene']!r}")
     for folder in [table, *arms]:
         run = stored_run(folder, taste, seed, trees)
         log(f"stored: {folder}: validation gain {run['chosen']['validation_taste_gain']!r}; "

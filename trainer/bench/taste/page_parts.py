@@ -80,7 +80,8 @@ def calibration_words(calibration: dict[str, Any]) -> str:
             f"{calibration['sd']:.2f} over {calibration['n']} runs (0 and 1 when the stated error is right; "
             "a positive mean is the choice favouring points whose validation fall came out low)."
             + (" Every one of these runs validated on the same pairs and was tested on the same pairs, so "
-               "they share one draw of the difference between the two sets: the mean is mostly that draw, "
-               "a standard deviation below 1 says the runs' errors are not independent, and the chances "
-               "above, which treat the runs as independent, overstate the evidence."
+               "their errors share one draw of the two sets and are not independent (where the runs move "
+               "the images alike, a standard deviation below 1 shows it): the chances above treat the runs "
+               "as independent, so a count far from the expected one is weaker evidence than its chance "
+               "says."
                if calibration.get("shared") else ""))

@@ -44,11 +44,9 @@ def check_default(taste: str, seed: int, trees: int, weights: Sequence[float], t
     with tempfile.TemporaryDirectory() as work:
         result = run_seed(budget, seed, taste, Path(work), list(stored.get("extra", [])), log, None, frontier)
     mine = result.reward[trees]
-    tried = mine.get("weights")  # absent for one weight: one training, nothing chosen between runs
-    said = (f"weights {tried['weights']}, validation gains {tried['validation_gains']}, "
-            f"kept {tried['kept']:g}" if tried else f"one training at {weights[0]:g}, validation gain "
-            f"{mine['chosen']['validation_taste_gain']!r}")
-    log(f"now:    {said}; test taste {mine['taste']!r}, scene {mine['scene']!r}")
+    tried = mine["weights"]  # one weight too: the node's run records the weights it trained at
+    log(f"now:    weights {tried['weights']}, validation gains {tried['validation_gains']}, "
+        f"kept {tried['kept']:g}; test taste {mine['taste']!r}, scene {mine['scene']!r}")
     for folder in [table, *arms]:
         run = stored_run(folder, taste, seed, trees)
         log(f"stored: {folder}: validation gain {run['chosen']['validation_taste_gain']!r}; "

@@ -171,6 +171,13 @@ class TreeRPOSampleToPick(io.ComfyNode):
         return io.NodeOutput(leaves, folder.name, ui=ui)
 
 
+def _weights_words() -> str:
+    """The shipped picks weights as the tooltip says them ('0.4'; '0.3 or 0.5, one training each'), read
+    from the one budget so that the text cannot part from what the node trains."""
+    words = " or ".join(f"{w:g}" for w in PICKS_BUDGET.weights)
+    return words if len(PICKS_BUDGET.weights) == 1 else f"{words}, one training each,"
+
+
 def keep_word(keep: str) -> str:
     """The trainer's ``guard.keep`` for the widget's choice."""
     return "off" if keep == KEEP_OFF else keep
@@ -179,7 +186,7 @@ def keep_word(keep: str) -> str:
 def picks_spec(guard_reward: str, picks_weight: float, keep: str = KEEP_OFF) -> str:
     """The trainer's reward: the picks, and the guard reward with the rest of the weight. Under the
     guard it is written at ``GUARDED_PICKS_WEIGHT``; the guard then trains at each of ``guard.weights``
-    (0.4 alone unless the settings box says otherwise) and keeps one run."""
+    (``PICKS_BUDGET.weights`` unless the settings box says otherwise) and keeps one run."""
     weight = picks_weight if keep_word(keep) == "off" else GUARDED_PICKS_WEIGHT
     if guard_reward == NO_GUARD or weight >= 1.0:
         return f"{PICKS}:1"
@@ -237,8 +244,9 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
                                            "taste: strictly / closely / loosely let the guard reward fall "
                                            "by at most 0.01 / 0.02 / 0.05 (scene reward; another guard: "
                                            "the same share of its spread). Training weighs your picks "
-                                           "0.4 against it, keeps a checkpoint every few rounds and "
-                                           "returns the one with the most of your taste within that; the "
+                                           f"{_weights_words()} against it, keeps a checkpoint every few "
+                                           "rounds and returns the one with the most of your taste within "
+                                           "that; the "
                                            "plot on the node shows what was measured and kept. off: a "
                                            "fixed weight (below)"),
                     io.Float.Input("picks_weight", display_name="weight of your picks (when off)",

@@ -18,10 +18,6 @@ from dataclasses import dataclass, field
 from .choice import Choice
 from .trail import Trail
 
-DEFAULT_WEIGHTS = (0.4,)
-"""The picks weights the guard tries by default (``guard.weights``): one training at 0.4 since 0.6 (0.5.0
-tried 0.3 and 0.5, one training each; 0.3 alone was the default before)."""
-
 
 def validation_gain(trail: Trail, choice: Choice) -> float:
     """How much taste the chosen point gained over the base model on the validation pairs (0 where the

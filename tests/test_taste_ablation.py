@@ -183,3 +183,25 @@ def test_the_guard_choosing_the_weight_reads_only_its_own_validation_figures() -
     assert ab.guard_choice_row(default, [[]], "50")["runs"] == 0  # a weight not run: nothing compared
     text = markdown(default, None, "treerpo bench taste", {"picks weight 0.5": heavier})
     assert "| the guard also chooses the weight (0.3 or 0.5: one training each) | 3 (lower_objects) |" in text
+
+
+def test_a_default_that_chose_among_weights_gets_no_choice_row() -> None:
+    """0.5.0's default kept one of two trainings (0.3 and 0.5): its run is no run at 0.3, so the guard
+    choosing between it and an arm at 0.4 would be a third training under the name of two. With such a
+    default the choice is made among the arms at one weight each and paired against it; a fixed-weight
+    default takes part in the choice itself."""
+    two_trainings = [_summary("lower_objects", [0.1, 0.1, 0.1], [-0.01] * 3)]
+    two_trainings[0]["budget"]["picks_weights"] = [0.3, 0.5]
+    at_04 = [_summary("lower_objects", [0.15, 0.05, 0.2], [-0.01] * 3, validation=[2.0, 0.5, 1.0],
+                      weight=0.4)]
+    at_03 = [_summary("lower_objects", [0.1, 0.1, 0.1], [-0.01] * 3)]
+    rows = ab.ablation_rows(two_trainings, {"at 0.4": at_04, "at 0.3": at_03}, "50", pilot=True)
+    choice = "the guard chooses the weight (0.4 or 0.3: one training each)"
+    assert list(rows) == ["at 0.4", "at 0.3", choice]
+    # per seed the larger validation gain: 0.4 (2.0), 0.3 (1.0 against 0.5), 0.4 (1.0 ties, the first)
+    assert rows[choice]["taken"] == [2, 1]
+    assert rows[choice]["share"]["mean"] == pytest.approx((0.75 + 0.5 + 1.0) / 3)
+    assert rows[choice]["difference"]["mean"] == pytest.approx((0.25 + 0.0 + 0.5) / 3)
+    assert list(ab.ablation_rows(two_trainings, {"at 0.4": at_04}, "50")) == ["at 0.4"]
+    rows = ab.ablation_rows(at_03, {"at 0.4": at_04}, "50")
+    assert list(rows) == ["at 0.4", "the guard also chooses the weight (0.3 or 0.4: one training each)"]

@@ -81,13 +81,14 @@ def arm_row(default: Sequence[dict[str, Any]], arm: Sequence[dict[str, Any]], n:
     return _paired(_shares(arm, n), _shares(default, n))
 
 
-def guard_choice_row(default: Sequence[dict[str, Any]], others: Sequence[Sequence[dict[str, Any]]], n: str
-                     ) -> dict[str, Any]:
+def guard_choice_row(default: Sequence[dict[str, Any]], others: Sequence[Sequence[dict[str, Any]]], n: str,
+                     against: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The guard choosing the picks weight too: per run, of the default and ``others`` (the same picks
     trained at other weights), the one whose chosen point gained most personal reward on the validation
     pairs, each already within the limit there (the default on ties). It reads only what the method
-    sees, and costs one training per weight. Paired against the default like an arm; ``taken`` counts
-    how often each run set was taken."""
+    sees, and costs one training per weight. Paired against the default like an arm (or against
+    ``against``: a default that is no run at one weight); ``taken`` counts how often each run set was
+    taken."""
     sets = [default, *others]
     runs = [_shares(runs_set, n) for runs_set in sets]
     gains = [_chosen_gains(runs_set, n) for runs_set in sets]
@@ -100,7 +101,8 @@ def guard_choice_row(default: Sequence[dict[str, Any]], others: Sequence[Sequenc
         best = max(have, key=lambda i: (gains[i][key], -i))
         taken[best] += 1
         mine[key] = runs[best][key]
-    return {**_paired(mine, runs[0]), "taken": taken}
+    base = runs[0] if against is None else _shares(against, n)
+    return {**_paired(mine, base), "taken": taken}
 
 
 def _method_runs(summaries: Sequence[dict[str, Any]], n: str) -> dict[tuple[str, int], dict[str, Any]]:
@@ -153,12 +155,26 @@ def ablation_rows(default: Sequence[dict[str, Any]], arms: dict[str, list[dict[s
                   pilot: bool = False) -> dict[str, dict[str, Any]]:
     """Every arm against the default at ``n`` trees, and where arms trained the same picks at other
     weights, the guard choosing among those weights too (:func:`guard_choice_row`) and, with ``pilot``,
-    a pilot choosing them (:func:`pilot_choice_row`)."""
+    a pilot choosing them (:func:`pilot_choice_row`). Only runs that trained at one fixed weight take part
+    in those choices: a default that itself chose among weights (0.5.0's two trainings) is no run at its
+    ``picks_weight``, so there the choice is made among the arms' weights (the first arm at each) and
+    paired against that default, with no pilot row."""
     rows = {name: arm_row(default, arm, n) for name, arm in arms.items()}
-    weight = default[0]["budget"]["picks_weight"] if default else None
-    others = [arm for arm in arms.values() if arm and arm[0]["budget"].get("picks_weight") != weight]
-    if others:
-        tried = [weight, *(arm[0]["budget"]["picks_weight"] for arm in others)]
+    own = method_weights(default[0]["budget"]) if default else []
+    fixed = [arm for arm in arms.values() if arm and len(method_weights(arm[0]["budget"])) == 1]
+    if len(own) > 1:
+        by_weight: dict[float, Sequence[dict[str, Any]]] = {}
+        for arm in fixed:
+            by_weight.setdefault(method_weights(arm[0]["budget"])[0], arm)
+        if len(by_weight) > 1:
+            first, *rest = by_weight.values()
+            weights = " or ".join(f"{w:g}" for w in by_weight)
+            rows[f"the guard chooses the weight ({weights}: one training each)"] = guard_choice_row(
+                first, rest, n, against=default)
+        return rows
+    others = [arm for arm in fixed if method_weights(arm[0]["budget"]) != own]
+    if own and others:
+        tried = [own[0], *(method_weights(arm[0]["budget"])[0] for arm in others)]
         weights = " or ".join(f"{w:g}" for w in tried)
         rows[f"the guard also chooses the weight ({weights}: one training each)"] = guard_choice_row(
             default, others, n)

@@ -72,6 +72,22 @@ def test_the_template_section_gives_a_row_per_taste_and_names_the_old_budget_onl
     section = template_markdown([_template_summary("lower_objects")], "cmd", [old])
     assert "0.5.0's template budget: gain, share, seconds |" in section
     assert "50% of its own frontier" in section
+    assert "`--arm`" not in section
+
+
+def test_an_arm_under_the_template_row_is_paired_per_run_with_its_images() -> None:
+    """``--arm`` with ``--section template`` (or family): the other method's runs of the same picks,
+    paired per run, with the images each run scored beside its share (the default's in brackets)."""
+    from dynamic_treerpo.trainer.bench.taste.family_page import template_markdown
+
+    two = _template_summary("lower_objects")
+    two["budget"]["picks_weights"] = [0.3, 0.5]
+    one = _template_summary("lower_objects")
+    for run, trainings in ((one, 1), (two, 2)):
+        run["by_trees"]["12"]["costs"] = {"training_images": 1536.0 * trainings, "guard_images": 4608.0}
+    section = template_markdown([one], "cmd", arms={"two trainings": [two]})
+    assert "| two trainings | 3 (lower_objects) | 50% (50% to 50%) | 50% | +0% (+0% to +0%) |" in section
+    assert section.rstrip().splitlines()[-2].endswith("| 7 680 (6 144) |")
 
 
 def test_runs_that_differ_only_in_their_taste_are_written_as_one_loop() -> None:

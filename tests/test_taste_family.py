@@ -95,7 +95,7 @@ def test_the_family_section_is_rendered_from_the_stored_runs() -> None:
     from pathlib import Path
 
     from dynamic_treerpo.trainer import cli
-    from dynamic_treerpo.trainer.bench.taste.commands import named_tastes, taste_command
+    from dynamic_treerpo.trainer.bench.taste.commands import named_tastes, taste_arms, taste_command
     from dynamic_treerpo.trainer.bench.taste.family_page import FAMILY_SECTION, family_markdown
     from dynamic_treerpo.trainer.bench.taste.page import sections_of
     from dynamic_treerpo.trainer.bench.taste.storage import reload
@@ -107,6 +107,8 @@ def test_the_family_section_is_rendered_from_the_stored_runs() -> None:
     args = cli.build_parser().parse_args(shlex.split(line)[1:])
     assert str(args.out).startswith("docs/data/") and args.section == "family"
     summaries = [reload(root / args.out / t) for t in named_tastes(args.tastes)]
-    assert family_markdown(summaries, taste_command(args)) == section
+    specs = [f"{name}={root / folder}" for name, _, folder in (a.partition("=") for a in args.arms)]
+    arms = taste_arms(specs, named_tastes(args.tastes))
+    assert family_markdown(summaries, taste_command(args), arms=arms) == section
     whole = len(summaries) == len(family.FAMILY)
     assert ("no verdict" in section) != whole

@@ -151,6 +151,19 @@ def pilot_choice_row(default: Sequence[dict[str, Any]], others: Sequence[Sequenc
             "against_whole_runs": _paired(mine, whole), "cost": pilot_cost(len(sets), at, total)}
 
 
+def images_per_run(summaries: Sequence[dict[str, Any]], n: str) -> float:
+    """The images a run at ``n`` trees scored, training and the guard's measurements together, as a mean
+    over every run (each taste weighted by its seeds); NaN where a run stored no costs."""
+    total, runs = 0.0, 0
+    for s in summaries:
+        costs = s["by_trees"].get(n, {}).get("costs")
+        if costs is None:
+            return math.nan
+        k = len(s["seeds"])
+        total, runs = total + k * (costs["training_images"] + costs["guard_images"]), runs + k
+    return total / runs if runs else math.nan
+
+
 def ablation_rows(default: Sequence[dict[str, Any]], arms: dict[str, list[dict[str, Any]]], n: str,
                   pilot: bool = False) -> dict[str, dict[str, Any]]:
     """Every arm against the default at ``n`` trees, and where arms trained the same picks at other
@@ -159,7 +172,8 @@ def ablation_rows(default: Sequence[dict[str, Any]], arms: dict[str, list[dict[s
     in those choices: a default that itself chose among weights (0.5.0's two trainings) is no run at its
     ``picks_weight``, so there the choice is made among the arms' weights (the first arm at each) and
     paired against that default, with no pilot row."""
-    rows = {name: arm_row(default, arm, n) for name, arm in arms.items()}
+    rows = {name: {**arm_row(default, arm, n), "images": images_per_run(arm, n),
+                   "default_images": images_per_run(default, n)} for name, arm in arms.items()}
     own = method_weights(default[0]["budget"]) if default else []
     fixed = [arm for arm in arms.values() if arm and len(method_weights(arm[0]["budget"])) == 1]
     if len(own) > 1:
@@ -169,8 +183,10 @@ def ablation_rows(default: Sequence[dict[str, Any]], arms: dict[str, list[dict[s
         if len(by_weight) > 1:
             first, *rest = by_weight.values()
             weights = " or ".join(f"{w:g}" for w in by_weight)
-            rows[f"the guard chooses the weight ({weights}: one training each)"] = guard_choice_row(
-                first, rest, n, against=default)
+            rows[f"the guard chooses the weight ({weights}: one training each)"] = {
+                **guard_choice_row(first, rest, n, against=default),
+                "images": sum(images_per_run(arm, n) for arm in by_weight.values()),
+                "default_images": images_per_run(default, n)}
         return rows
     others = [arm for arm in fixed if method_weights(arm[0]["budget"]) != own]
     if own and others:
@@ -252,21 +268,30 @@ def _ci_pct(e: dict[str, Any]) -> str:
     return f"{e['mean']:+.0%} ({e['mean'] - e['ci95']:+.0%} to {e['mean'] + e['ci95']:+.0%})"
 
 
+def _images(value: float) -> str:
+    return f"{value:,.0f}".replace(",", " ") if math.isfinite(value) else "n/a"
+
+
 def arm_lines(rows: dict[str, dict[str, Any]], n: str) -> list[str]:
-    """The ablation table: one row per arm against the default at ``n`` trees."""
+    """The ablation table: one row per arm against the default at ``n`` trees, with the images each run
+    scored (training and the guard's measurements) where the runs stored them."""
+    costs = any(math.isfinite(row.get("images", math.nan)) for row in rows.values())
     lines = [f"| arm (at {n} labelled trees) | runs | share of the frontier (95% CI) | the default's, same "
-             "runs | arm minus default (95% CI) | exact p | verdict | runs past the limit (default) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "runs | arm minus default (95% CI) | exact p | verdict | runs past the limit (default) |"
+             + (" images scored per run (default) |" if costs else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if costs else "")]
     for name, row in rows.items():
+        cost = (f" {_images(row.get('images', math.nan))} ({_images(row.get('default_images', math.nan))}) |"
+                if costs else "")
         if not row["runs"]:
-            lines.append(f"| {name} | 0 | not run | | | | | |")
+            lines.append(f"| {name} | 0 | not run | | | | | |" + (" |" if costs else ""))
             continue
         s, d = row["share"], row["default_share"]
         share = f"{s['mean']:.0%}" + (f" ({s['mean'] - s['ci95']:.0%} to {s['mean'] + s['ci95']:.0%})"
                                       if math.isfinite(s["ci95"]) else "")
         lines.append(f"| {name} | {row['runs']} ({', '.join(row['tastes'])}) | {share} | {d['mean']:.0%} | "
                      f"{_ci_pct(row['difference'])} | {row['exact_p']:.3g} | {verdict(row)} | "
-                     f"{row['past_limit']} ({row['default_past_limit']}) |")
+                     f"{row['past_limit']} ({row['default_past_limit']}) |" + cost)
     return lines
 
 

@@ -177,11 +177,12 @@ def write_section(args: argparse.Namespace, summaries: list[dict[str, Any]], out
     from .storage import reload
 
     if args.section == "family":
-        put_section(args.docs, FAMILY_SECTION, family_markdown(summaries, command), drop_others=True)
+        put_section(args.docs, FAMILY_SECTION, family_markdown(summaries, command, arms=arms),
+                    drop_others=True)
     elif args.section == "template":
         against = [reload(args.against / out.name) for out in outs
                    if (args.against / out.name / "taste.json").is_file()] if args.against else []
-        put_section(args.docs, TEMPLATE_SECTION, template_markdown(summaries, command, against),
+        put_section(args.docs, TEMPLATE_SECTION, template_markdown(summaries, command, against, arms),
                     drop_others=True)
     else:
         write_docs(summaries, outs, args.docs, command, arms)

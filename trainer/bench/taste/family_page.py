@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .ablation import pooled_share, risk_count, stated_risk
+from .ablation import ablation_rows, arm_lines, pooled_share, risk_count, stated_risk
 from .page_parts import calibration_words, code_line, marks, run_commands, with_ci, with_space
 
 FAMILY_SECTION = "family"
@@ -81,8 +81,21 @@ def family_rows(summaries: Sequence[dict[str, Any]], n: str, describe: Any) -> l
     return rows
 
 
+def arms_lines(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict[str, Any]]], n: str
+               ) -> list[str]:
+    """Below a section's summary: each ``--arm`` (the same tastes, seeds, picks and frontier under another
+    method) paired per run with these runs, with the images each run scored; nothing without arms."""
+    if not arms:
+        return []
+    return ["", "The same picks and frontier under another method (`--arm`), paired per run with the runs "
+                "above: the difference of the shares with its 95% t interval and exact sign-flip p (a "
+                "difference whose interval holds 0 is inconclusive).", "",
+            *arm_lines(ablation_rows(summaries, arms, n), n)]
+
+
 def family_markdown(summaries: Sequence[dict[str, Any]], command: str,
-                    named: Sequence[dict[str, Any]] = ()) -> str:
+                    named: Sequence[dict[str, Any]] = (),
+                    arms: dict[str, list[dict[str, Any]]] | None = None) -> str:
     """The family's section: what was run, every taste's row, the distribution against its targets, the
     runs past the limit, and the named tastes' shares beside it (``named``: the main table's runs)."""
     from .family import FAMILY, FAMILY_SEED, describe
@@ -130,6 +143,7 @@ def family_markdown(summaries: Sequence[dict[str, Any]], command: str,
         if shares:
             lines += ["", f"Beside them, the five named tastes at {n} trees: median "
                           f"{statistics.median(shares):.0%}, lowest {min(shares):.0%} (the main table)."]
+    lines += arms_lines(summaries, arms or {}, n)
     lines.append(end)
     return "\n".join(lines)
 
@@ -232,7 +246,8 @@ def picks_weight_words(budget: dict[str, Any]) -> str:
 
 
 def template_markdown(summaries: Sequence[dict[str, Any]], command: str,
-                      against: Sequence[dict[str, Any]] = ()) -> str:
+                      against: Sequence[dict[str, Any]] = (),
+                      arms: dict[str, list[dict[str, Any]]] | None = None) -> str:
     """The template row: what a person who opens the template, picks every tree and presses run gets,
     against the oracle frontier of the same budget, beside 0.5.0's template budget (``against``)."""
     b = summaries[0]["budget"]
@@ -262,5 +277,6 @@ def template_markdown(summaries: Sequence[dict[str, Any]], command: str,
              f"({pooled['mean'] - pooled['ci95']:.0%} to {pooled['mean'] + pooled['ci95']:.0%}, "
              f"{pooled['n']} runs); runs past the limit: {risk['past']} of {risk['runs']}"
              + (risk_words(stated) if stated["runs"] else "") + "."
-             + with_space(calibration_words(stated["calibration"])), end]
+             + with_space(calibration_words(stated["calibration"])),
+             *arms_lines(summaries, arms or {}, n), end]
     return "\n".join(lines)

@@ -88,6 +88,10 @@ def test_an_arm_under_the_template_row_is_paired_per_run_with_its_images() -> No
     section = template_markdown([one], "cmd", arms={"two trainings": [two]})
     assert "| two trainings | 3 (lower_objects) | 50% (50% to 50%) | 50% | +0% (+0% to +0%) |" in section
     assert section.rstrip().splitlines()[-2].endswith("| 7 680 (6 144) |")
+    from dynamic_treerpo.trainer.bench.taste.page import overall_lines
+
+    printed = overall_lines([one], {"two trainings": [two]})  # what --report prints: at the runs' 12 trees
+    assert any(line.startswith("| two trainings | 3 (lower_objects) |") for line in printed)
 
 
 def test_runs_that_differ_only_in_their_taste_are_written_as_one_loop() -> None:

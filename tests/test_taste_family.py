@@ -6,6 +6,7 @@ section of the results page reads its distribution right."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -88,27 +89,45 @@ def test_the_distribution_reads_median_tenth_percentile_and_worst() -> None:
         assert row["low"] <= row["value"] <= row["high"]
 
 
-def test_the_family_section_is_rendered_from_the_stored_runs() -> None:
-    """docs/results-taste.md's family section is what its report command renders from the runs stored in
-    docs/data/ (no figure typed by hand), and a family not yet run whole gets no verdict on its targets."""
+def _published_section(key: str) -> tuple[str, Any, list[dict], dict]:
+    """A marked section of docs/results-taste.md, its report command's arguments, and the stored runs and
+    arms that command reads (paths from the repository root)."""
     import shlex
     from pathlib import Path
 
     from dynamic_treerpo.trainer import cli
-    from dynamic_treerpo.trainer.bench.taste.commands import named_tastes, taste_arms, taste_command
-    from dynamic_treerpo.trainer.bench.taste.family_page import FAMILY_SECTION, family_markdown
+    from dynamic_treerpo.trainer.bench.taste.commands import named_tastes, taste_arms
     from dynamic_treerpo.trainer.bench.taste.page import sections_of
     from dynamic_treerpo.trainer.bench.taste.storage import reload
 
     root = Path(__file__).resolve().parents[1]
     page = (root / "docs" / "results-taste.md").read_text(encoding="utf-8")
-    (section,) = sections_of(page, FAMILY_SECTION)
+    (section,) = sections_of(page, key)
     (line,) = [x for x in section.splitlines() if x.startswith("treerpo bench taste ") and "--report" in x]
     args = cli.build_parser().parse_args(shlex.split(line)[1:])
-    assert str(args.out).startswith("docs/data/") and args.section == "family"
+    assert str(args.out).startswith("docs/data/") and args.section == key
     summaries = [reload(root / args.out / t) for t in named_tastes(args.tastes)]
     specs = [f"{name}={root / folder}" for name, _, folder in (a.partition("=") for a in args.arms)]
-    arms = taste_arms(specs, named_tastes(args.tastes))
+    return section, args, summaries, taste_arms(specs, named_tastes(args.tastes))
+
+
+def test_the_family_section_is_rendered_from_the_stored_runs() -> None:
+    """docs/results-taste.md's family section is what its report command renders from the runs stored in
+    docs/data/ (no figure typed by hand), and a family not yet run whole gets no verdict on its targets."""
+    from dynamic_treerpo.trainer.bench.taste.commands import taste_command
+    from dynamic_treerpo.trainer.bench.taste.family_page import FAMILY_SECTION, family_markdown
+
+    section, args, summaries, arms = _published_section(FAMILY_SECTION)
     assert family_markdown(summaries, taste_command(args), arms=arms) == section
     whole = len(summaries) == len(family.FAMILY)
     assert ("no verdict" in section) != whole
+
+
+def test_the_template_section_is_rendered_from_the_stored_runs() -> None:
+    """The template's section too: its row and its arm are what the report renders from docs/data/."""
+    from dynamic_treerpo.trainer.bench.taste.commands import taste_command
+    from dynamic_treerpo.trainer.bench.taste.family_page import TEMPLATE_SECTION, template_markdown
+
+    section, args, summaries, arms = _published_section(TEMPLATE_SECTION)
+    assert args.against is None
+    assert template_markdown(summaries, taste_command(args), arms=arms) == section

@@ -175,11 +175,12 @@ def overall_lines(summaries: Sequence[dict[str, Any]], arms: dict[str, list[dict
                       "trees and on trees the chosen model sampled, labelled by the same person.", "",
                   *decomposition_lines(parts)]
     if arms:
-        rows = ablation_rows(summaries, arms, n, pilot=True)
+        at = n if all(n in s["by_trees"] for s in summaries) else counts[-1]  # the template's 12 trees
+        rows = ablation_rows(summaries, arms, at, pilot=True)
         lines += ["", "Each lever off (or changed) in turn, on the same tastes and seeds and the same "
                       "frontier, paired per run with the default: the difference of the shares with its "
                       "95% t interval and exact sign-flip p (a difference whose interval holds 0 is "
-                      "inconclusive).", "", *arm_lines(rows, n), *pilot_lines(rows)]
+                      "inconclusive).", "", *arm_lines(rows, at), *pilot_lines(rows)]
     return lines
 
 

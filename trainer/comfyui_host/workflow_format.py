@@ -71,6 +71,12 @@ def _is_link(value: Any) -> bool:
 # ------------------------------------------------------------------------------ API -> UI
 
 
+IMAGE_NODE_HEIGHT = 280
+"""An image node's height in a laid-out template: room for its picture, and short enough that two stacked
+in the last column end above a tall node beside them, so the window's bottom-right corner, where
+ComfyUI's minimap sits over the canvas, is empty when the frontend fits the graph to the window."""
+
+
 def _node_size(node_type: str, specs: list[InputSpec], outputs: int) -> list[int]:
     """A size that shows every widget (the UI keeps the saved size, it does not grow a node)."""
     sockets = sum(not s.widget for s in specs)
@@ -78,7 +84,7 @@ def _node_size(node_type: str, specs: list[InputSpec], outputs: int) -> list[int
     widgets = sum(s.widget for s in specs) + sum(s.control for s in specs) - multiline
     height = 40 + 22 * max(sockets, outputs) + 26 * widgets + 96 * multiline
     if node_type in ("SaveImage", "PreviewImage"):
-        return [360, max(height, 320)]
+        return [360, max(height, IMAGE_NODE_HEIGHT)]
     return [400 if multiline else 320, height]
 
 

@@ -164,6 +164,13 @@ def images_per_run(summaries: Sequence[dict[str, Any]], n: str) -> float:
     return total / runs if runs else math.nan
 
 
+def _with_images(row: dict[str, Any], trained: Sequence[Sequence[dict[str, Any]]],
+                 default: Sequence[dict[str, Any]], n: str) -> dict[str, Any]:
+    """A choice row with what it cost: every training it chose among, beside the default's images."""
+    return {**row, "images": sum(images_per_run(runs, n) for runs in trained),
+            "default_images": images_per_run(default, n)}
+
+
 def ablation_rows(default: Sequence[dict[str, Any]], arms: dict[str, list[dict[str, Any]]], n: str,
                   pilot: bool = False) -> dict[str, dict[str, Any]]:
     """Every arm against the default at ``n`` trees, and where arms trained the same picks at other
@@ -183,17 +190,15 @@ def ablation_rows(default: Sequence[dict[str, Any]], arms: dict[str, list[dict[s
         if len(by_weight) > 1:
             first, *rest = by_weight.values()
             weights = " or ".join(f"{w:g}" for w in by_weight)
-            rows[f"the guard chooses the weight ({weights}: one training each)"] = {
-                **guard_choice_row(first, rest, n, against=default),
-                "images": sum(images_per_run(arm, n) for arm in by_weight.values()),
-                "default_images": images_per_run(default, n)}
+            rows[f"the guard chooses the weight ({weights}: one training each)"] = _with_images(
+                guard_choice_row(first, rest, n, against=default), [first, *rest], default, n)
         return rows
     others = [arm for arm in fixed if method_weights(arm[0]["budget"]) != own]
     if own and others:
         tried = [own[0], *(method_weights(arm[0]["budget"])[0] for arm in others)]
         weights = " or ".join(f"{w:g}" for w in tried)
-        rows[f"the guard also chooses the weight ({weights}: one training each)"] = guard_choice_row(
-            default, others, n)
+        rows[f"the guard also chooses the weight ({weights}: one training each)"] = _with_images(
+            guard_choice_row(default, others, n), [default, *others], default, n)
         if pilot:
             row = pilot_choice_row(default, others, n)
             rows[f"a pilot of {row['at']} iterations chooses the weight ({weights}: {row['cost']:.3g}x one "

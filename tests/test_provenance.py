@@ -53,7 +53,7 @@ def test_the_record_names_the_machine_and_the_pages_say_when_parts_ran_on_severa
     from dynamic_treerpo.trainer.bench.taste.page import code_line
 
     made = provenance.provenance()
-    assert set(made["machine"]) == {"cpu", "cpu_capability", "torch", "gpu"}
+    assert set(made["machine"]) == {"cpu", "cpu_capability", "torch", "gpu", "rounding"}
     assert made["machine"]["cpu"] and made["machine"]["torch"]
     here = {"code": "aaaa", "commit": "c" * 40, "dirty": False}
     epyc = {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "torch": "2.9.0", "gpu": None}
@@ -87,11 +87,13 @@ def test_a_protocol_part_resumed_on_another_cpu_with_the_same_numerics_records_t
     ({"cpu_capability": "AVX512"}, "ATEN_CPU_CAPABILITY=avx2"),
     ({"torch": "2.14.1"}, "torch 2.9.0 and this is torch 2.14.1"),
     ({"gpu": "NVIDIA H100"}, "GPU none and this run on NVIDIA H100"),
+    ({"rounding": "bbbbbbbbbbbb", "cpu": "Intel Xeon"}, "AMD EPYC against Intel Xeon, rounding aaaaaaaaaaaa"),
 ])
 def test_a_resume_with_other_numerics_is_refused_in_one_line_that_says_how(change: dict, words: str,
                                                                             tmp_path: Path) -> None:
     made = {"code": "aaaa", "commit": "c" * 40, "dirty": False,
-            "machine": {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "torch": "2.9.0", "gpu": None}}
+            "machine": {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "torch": "2.9.0", "gpu": None,
+                        "rounding": "aaaaaaaaaaaa"}}
     here = {**made, "machine": {**made["machine"], **change}}
     with pytest.raises(ValueError, match="would mix two roundings") as refused:
         provenance.check_resume([made], here, tmp_path / "taste.json")
@@ -100,6 +102,33 @@ def test_a_resume_with_other_numerics_is_refused_in_one_line_that_says_how(chang
                             tmp_path / "taste.json")  # another CPU, the same kernels: allowed
     provenance.check_resume([{k: v for k, v in made.items() if k != "machine"}], here,
                             tmp_path / "taste.json")  # parts made before 0.4.1: nothing to compare
+    unprobed = {**made, "machine": {k: v for k, v in made["machine"].items() if k != "rounding"}}
+    provenance.check_resume([unprobed], {**made, "machine": {**made["machine"], "rounding": "cccccccccccc"}},
+                            tmp_path / "taste.json")  # parts made before 0.6.0 recorded no probe
+
+
+def test_the_rounding_probe_repeats_and_tells_other_kernels_apart() -> None:
+    """The probe is the same on every call and at any thread count here, and another level of PyTorch's
+    kernels (the scalar ones, which every CPU has) rounds it otherwise: a resume between them is refused."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
+        pytest.skip("this CPU runs PyTorch's scalar kernels already: no other level to compare with")
+    first = provenance.rounding_probe()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert provenance.rounding_probe() == first and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    code = "from dynamic_treerpo.trainer.bench.common import provenance; print(provenance.rounding_probe())"
+    scalar = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={**os.environ, "ATEN_CPU_CAPABILITY": "default"}).stdout.strip()
+    assert len(scalar) == 12 and scalar != first
 
 
 def test_the_release_is_the_checkouts_own_not_the_installed_one(tmp_path: Path) -> None:

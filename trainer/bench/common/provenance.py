@@ -72,16 +72,56 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _probe_inputs(shape: tuple[int, ...], salt: int) -> Any:
+    """Fixed values in [-0.5, 0.5) made with integer arithmetic, so that no kernel's rounding makes them."""
+    import torch
+
+    count = 1
+    for size in shape:
+        count *= size
+    index = torch.arange(count, dtype=torch.int64) + salt * 7919
+    return ((index * 2654435761) % 1009).to(torch.float32).div(1009.0).sub(0.5).reshape(shape)
+
+
+def rounding_probe() -> str:
+    """A short hash of what this machine's kernels make of fixed inputs, at one thread: a matrix product
+    (the maths library's), a convolution, attention, a softmax, a normalisation and a random draw. Why:
+    two machines at the same ``cpu_capability`` can still round otherwise. Measured at commit e480704:
+    ``lower_objects`` seed 0's frontier at weight 0.5 gained +0.239 on an AMD EPYC and +0.271 on an Intel
+    Xeon whose oneMKL took its AVX-512 path, both AVX512 for PyTorch; the guard's first measurement, before
+    any training, already differed in the eighth digit."""
+    import torch
+    import torch.nn.functional as F
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        x, w = _probe_inputs((37, 211), 1), _probe_inputs((211, 97), 2)
+        q, k, v = (_probe_inputs((1, 2, 29, 16), 3 + i) for i in range(3))
+        image, kernel = _probe_inputs((1, 8, 19, 19), 6), _probe_inputs((16, 8, 3, 3), 7)
+        outputs = [x @ w, F.conv2d(image, kernel, padding=1),
+                   F.scaled_dot_product_attention(q, k, v), torch.softmax(3.0 * x, -1),
+                   F.layer_norm(x, (211,)), F.gelu(x),
+                   torch.randn(257, generator=torch.Generator().manual_seed(0))]
+    finally:
+        torch.set_num_threads(threads)
+    digest = hashlib.sha256()
+    for out in outputs:
+        digest.update(out.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:12]
+
+
 def machine() -> dict[str, Any]:
     """What ran the figures, beside the code. Why: PyTorch picks its CPU kernels by the vector extensions
-    it uses (``cpu_capability``), and training compounds the rounding. Measured (CHANGELOG 0.4.2): one
-    commit and seed gave the same figure to the last digit on an Intel Xeon and an AMD EPYC at AVX512,
-    and another at AVX2 (the EPYC with ``ATEN_CPU_CAPABILITY=avx2``) that repeated to the last digit."""
+    it uses (``cpu_capability``), the maths library picks its own path by the CPU, and training compounds
+    the rounding. ``rounding`` (:func:`rounding_probe`) tells the two apart where the names cannot: an
+    Intel Xeon and an AMD EPYC at AVX512 once gave the same figure to the last digit (CHANGELOG 0.4.2) and
+    another pair of them, at one commit and seed, did not (:func:`rounding_probe`)."""
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {"cpu": _cpu_name(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "torch": torch.__version__, "gpu": gpu}
+            "torch": torch.__version__, "gpu": gpu, "rounding": rounding_probe()}
 
 
 def release(package: Path = PACKAGE) -> str | None:
@@ -111,16 +151,19 @@ def provenance(package: Path = PACKAGE) -> dict[str, Any]:
             "version": release(package), "machine": machine()}
 
 
-NUMERICS = ("cpu_capability", "torch", "gpu")
-"""What of :func:`machine` decides the rounding, hence the figures (the CPU's name does not)."""
+NUMERICS = ("cpu_capability", "torch", "gpu", "rounding")
+"""What of :func:`machine` decides the rounding, hence the figures (the CPU's name alone does not)."""
 
 
 def numerics_mismatch(made: Mapping[str, Any] | None, here: Mapping[str, Any] | None) -> str | None:
     """Why figures made on ``made`` would not repeat on ``here`` (one clause), or None when they would or
-    either recorded no machine (parts made before 0.4.1)."""
+    either recorded no machine (parts made before 0.4.1). ``rounding`` is compared only where both
+    recorded it (parts made before 0.6.0 did not)."""
     if not made or not here:
         return None
     for key in NUMERICS:
+        if key == "rounding" and (key not in made or key not in here):
+            continue
         if made.get(key) != here.get(key):
             if key == "cpu_capability":
                 level = str(made[key]).lower()
@@ -128,6 +171,10 @@ def numerics_mismatch(made: Mapping[str, Any] | None, here: Mapping[str, Any] | 
                         f"(set ATEN_CPU_CAPABILITY={level} before the run, if this CPU has {made[key]})")
             if key == "torch":
                 return f"its parts ran on torch {made[key]} and this is torch {here[key]}"
+            if key == "rounding":
+                return (f"its parts' kernels rounded a fixed probe otherwise than this machine's do "
+                        f"({made.get('cpu', 'another CPU')} against {here.get('cpu', 'this one')}, rounding "
+                        f"{made[key]} against {here[key]})")
             return f"its parts ran on GPU {made[key] or 'none'} and this run on {here[key] or 'none'}"
     return None
 

@@ -86,10 +86,8 @@ def _probe_inputs(shape: tuple[int, ...], salt: int) -> Any:
 def rounding_probe() -> str:
     """A short hash of what this machine's kernels make of fixed inputs, at one thread: a matrix product
     (the maths library's), a convolution, attention, a softmax, a normalisation and a random draw. Why:
-    two machines at the same ``cpu_capability`` can still round otherwise. Measured at commit e480704:
-    ``lower_objects`` seed 0's frontier at weight 0.5 gained +0.239 on an AMD EPYC and +0.271 on an Intel
-    Xeon whose oneMKL took its AVX-512 path, both AVX512 for PyTorch; the guard's first measurement, before
-    any training, already differed in the eighth digit."""
+    two machines at the same ``cpu_capability`` can still round otherwise (the maths library takes
+    another path on another CPU; the CHANGELOG gives the measurement)."""
     import torch
     import torch.nn.functional as F
 

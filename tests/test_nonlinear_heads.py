@@ -71,12 +71,12 @@ def test_the_heads_refuse_what_they_cannot_do() -> None:
     with pytest.raises(ValueError, match="needs the linear head or another with a posterior"):
         fit_any(features, picks, FitConfig(head="mlp", pessimism=1.0))
     with pytest.raises(ValueError, match="unknown personal-reward head 'forest'; expected linear, quadratic, "
-                                         "kernel, ensemble or mlp"):
+                                         "kernel, ensemble, ard or mlp"):
         fit_any(features, picks, FitConfig(head="forest"))
     for head in ("quadratic", "kernel", "ensemble"):
         with pytest.raises(ValueError, match="no preference pair"):
             fit_any(features, {t: [] for t in picks}, FitConfig(head=head))
-    with pytest.raises(ValueError, match=r"needs picks\.head: linear, quadratic, kernel or ensemble"):
+    with pytest.raises(ValueError, match=r"needs picks\.head: linear, quadratic, kernel, ensemble or ard"):
         load_config(TrainConfig, None, ["picks.head=mlp", "experimental.picks.pessimism=1"])
     for head in HEADS:
         assert load_config(TrainConfig, None, [f"picks.head={head}"]).picks.head == head

@@ -45,12 +45,14 @@ def test_the_quick_study_writes_every_per_seed_value_and_its_table(tmp_path: Pat
     assert not any(p.name == "pool" for p in tmp_path.rglob("*"))  # the pool's trees are not kept
 
 
-def test_the_study_refuses_an_unknown_taste_and_a_budget_without_linear(tmp_path: Path) -> None:
+def test_the_study_refuses_an_unknown_taste_or_head_and_a_budget_without_linear(tmp_path: Path) -> None:
     out = subprocess.run([*TREERPO, "bench", "taste-rewards", "--quick", "--tastes", "no_such_taste",
                           "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and not (tmp_path / "o" / "rewards.json").exists()
     with pytest.raises(ValueError, match="must include linear"):
         RewardStudyBudget(heads=("quadratic",))
+    with pytest.raises(ValueError, match="unknown head 'forest'; expected linear, quadratic"):
+        RewardStudyBudget(heads=("linear", "forest"))
     with pytest.raises(ValueError, match="at least the largest labelled count"):
         RewardStudyBudget(candidates=10)
 

@@ -242,13 +242,15 @@ class PicksConfig:
     Bradley-Terry score linear in the features' principal directions; more accurate from few picks,
     docs/picks.md, "How many picks"), ``quadratic`` / ``kernel`` (that score plus squares and products
     of a few coordinates / a Gaussian kernel's random features: a distance or a peak), ``ensemble`` (the
-    bootstrap mean of linear scores) or ``mlp`` (a two-layer head); ``rewards.personal`` says why each.
+    bootstrap mean of linear scores), ``ard`` (experimental: the linear score with a prior per direction
+    set from the picks, which shrinks the directions they do not need) or ``mlp`` (a two-layer head);
+    ``rewards.personal`` says why each.
     """
 
     mode: Literal["reward", "online"] = "reward"
     backbone: Literal["pooled", "content", "scene-clip", "pickscore", "hps-v2.1"] = "content"
     backbone_weights: str | None = None
-    head: Literal["linear", "mlp", "quadratic", "kernel", "ensemble"] = "linear"
+    head: Literal["linear", "mlp", "quadratic", "kernel", "ensemble", "ard"] = "linear"
     trees_per_iteration: int = 8
     pessimism: float = 0.0  # experimental: train on the head's lower bound (beta posterior sd)
 
@@ -261,14 +263,14 @@ class PicksConfig:
         if self.backbone not in ("pooled", "content", "scene-clip") and not self.backbone_weights:
             raise ValueError(f"picks.backbone {self.backbone} needs picks.backbone_weights: the reward's "
                              "weights path (docs/models.md)")
-        if self.head not in ("linear", "mlp", "quadratic", "kernel", "ensemble"):
-            raise ValueError(f"picks.head must be linear, quadratic, kernel, ensemble or mlp, got "
+        if self.head not in ("linear", "mlp", "quadratic", "kernel", "ensemble", "ard"):
+            raise ValueError(f"picks.head must be linear, quadratic, kernel, ensemble, ard or mlp, got "
                              f"{self.head!r}")
         if self.pessimism < 0:
             raise ValueError(f"picks.pessimism must be >= 0, got {self.pessimism:g}")
         if self.pessimism > 0 and self.head == "mlp":
-            raise ValueError("picks.pessimism needs picks.head: linear, quadratic, kernel or ensemble (the "
-                             "MLP head has no posterior)")
+            raise ValueError("picks.pessimism needs picks.head: linear, quadratic, kernel, ensemble or ard "
+                             "(the MLP head has no posterior)")
         if self.trees_per_iteration < 1:
             raise ValueError(f"picks.trees_per_iteration must be >= 1, got {self.trees_per_iteration}")
 

@@ -82,13 +82,15 @@ def pair_differences(x: Mapping[str, Tensor], pairs: Mapping[str, Sequence[Pair]
     return torch.cat(rows).double() if rows else torch.zeros(0, k, dtype=torch.float64)
 
 
-def fit_differences(d: Tensor, prior: float = PRIOR, steps: int = NEWTON_STEPS) -> LinearReward:
+def fit_differences(d: Tensor, prior: float | Tensor = PRIOR, steps: int = NEWTON_STEPS) -> LinearReward:
     """The posterior mode of Bradley-Terry on pairs given as ``d`` (``pair_differences``) under a
-    ``N(0, 1/prior)`` prior on every weight, and the inverse curvature there."""
+    ``N(0, 1/prior)`` prior on every weight (``prior``: one precision, or one per weight), and the inverse
+    curvature there."""
     d = d.double()
     k = d.shape[1]
     w = torch.zeros(k, dtype=torch.float64)
-    eye = torch.eye(k, dtype=torch.float64) * prior
+    prior = torch.as_tensor(prior, dtype=torch.float64).expand(k)
+    eye = torch.diag(prior)
     for _ in range(steps):
         p = torch.sigmoid(-(d @ w))  # probability of the wrong order
         hessian = (d * (p * (1 - p)).unsqueeze(1)).T @ d + eye

@@ -37,6 +37,9 @@ Heads (``picks.head``):
   prior on their weights is a Gaussian-process preference model with its Laplace posterior.
 - ``ensemble``: the mean of linear heads fitted on bootstrap resamples of the trees, with the weights'
   spread across the resamples as their posterior: a steadier direction from few trees.
+- ``ard`` (experimental): the linear head with one prior precision per direction, set from the picks'
+  evidence (``preferences.relevance``): directions the picks do not need are shrunk to zero, so training
+  has fewer directions along which the reward rises without the taste.
 - ``mlp``: a two-layer head on the standardised features (64 hidden units, AdamW), the first version.
 
 Every head but ``mlp`` has a posterior, so ``picks.pessimism`` can score its lower bound
@@ -60,7 +63,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..preferences.linear_reward import Basis, fit_basis, fit_linear
+from ..preferences.linear_reward import Basis, fit_basis, fit_linear, pair_differences
 from ..preferences.nonlinear_reward import (
     FeatureMap,
     fit_bootstrap,
@@ -69,6 +72,7 @@ from ..preferences.nonlinear_reward import (
     fit_quadratic_map,
 )
 from ..preferences.pairs import Pair, split_trees, tree_pairs
+from ..preferences.relevance import fit_relevance
 from ..preferences.store import PickStore
 from .pixel_features import content_features, pooled_features
 
@@ -176,8 +180,8 @@ class MappedHead(nn.Module):
         return score.float()
 
 
-HEADS = ("linear", "quadratic", "kernel", "ensemble", "mlp")
-POSTERIOR_HEADS = ("linear", "quadratic", "kernel", "ensemble")
+HEADS = ("linear", "quadratic", "kernel", "ensemble", "ard", "mlp")
+POSTERIOR_HEADS = ("linear", "quadratic", "kernel", "ensemble", "ard")
 """The heads with a posterior over their weights: those whose lower bound ``picks.pessimism`` scores."""
 
 
@@ -193,13 +197,15 @@ class FitConfig:
 
 
 def fit_linear_head(features: dict[str, Tensor], pairs: dict[str, list[Pair]], pessimism: float = 0.0,
-                    summary: int = 0) -> LinearHead:
+                    summary: int = 0, relevance: bool = False) -> LinearHead:
     """The linear head on ``features``' principal directions (found on every given tree's leaves) and
-    their last ``summary`` features; ``pessimism``: score its lower bound (:class:`LinearHead`)."""
+    their last ``summary`` features; ``pessimism``: score its lower bound (:class:`LinearHead`);
+    ``relevance``: one prior precision per direction, set from the picks (the ``ard`` head)."""
     if not any(pairs.values()):
         raise ValueError("the picks give no preference pair: like some leaves more than others")
     basis = fit_basis(list(features.values()), keep_last=summary)
-    model = fit_linear({t: basis(f) for t, f in features.items()}, pairs)
+    x = {t: basis(f) for t, f in features.items()}
+    model = fit_relevance(pair_differences(x, pairs))[0] if relevance else fit_linear(x, pairs)
     return LinearHead(basis.mean, basis.std, basis.directions, model.weights, model.covariance,
                       pessimism).eval()
 
@@ -234,8 +240,8 @@ def fit_any(features: dict[str, Tensor], pairs: dict[str, list[Pair]], config: F
     if config.pessimism > 0 and config.head not in POSTERIOR_HEADS:
         raise ValueError(f"picks.pessimism needs the linear head or another with a posterior "
                          f"({', '.join(POSTERIOR_HEADS[1:])}): the {config.head} head has none")
-    if config.head == "linear":
-        return fit_linear_head(features, pairs, config.pessimism, config.summary)
+    if config.head in ("linear", "ard"):
+        return fit_linear_head(features, pairs, config.pessimism, config.summary, config.head == "ard")
     if config.head in POSTERIOR_HEADS:
         return fit_nonlinear_head(features, pairs, config.head, config.pessimism, config.summary)
     if config.head == "mlp":

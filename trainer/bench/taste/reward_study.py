@@ -40,7 +40,7 @@ from torch import Tensor
 
 from ...preferences.pairs import Pair, tree_pairs
 from ...preferences.records import Picks
-from ...rewards.personal import FitConfig, backbone, fit_any, pair_accuracy, summary_features
+from ...rewards.personal import HEADS, FitConfig, backbone, fit_any, pair_accuracy, summary_features
 from ...utils.atomic import atomic_write_text
 from ..common.stats import mean_ci95, paired
 from .budget import TASTE_SET
@@ -75,12 +75,15 @@ class RewardStudyBudget:
                              f"({max(self.at)})")
         if "linear" not in self.heads:
             raise ValueError("the heads must include linear: every other head is paired with it")
+        unknown = [h for h in self.heads if h not in HEADS]
+        if unknown:
+            raise ValueError(f"--heads: unknown head {unknown[0]!r}; expected {', '.join(HEADS)}")
         if self.seeds < 2:
             raise ValueError(f"a paired comparison needs at least 2 seeds, got {self.seeds}")
 
 
 QUICK = RewardStudyBudget(candidates=8, test=3, seeds=2, at=(4, 8), tastes=("larger_objects", "family_00"),
-                          heads=("linear", "quadratic", "kernel", "ensemble"))
+                          heads=("linear", "quadratic", "kernel", "ensemble", "ard"))
 QUICK_OVERRIDES = ("tree.steps=6",)
 
 

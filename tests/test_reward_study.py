@@ -34,13 +34,16 @@ def test_the_quick_study_writes_every_per_seed_value_and_its_table(tmp_path: Pat
     rows = result["rows"]
     heads, tastes = QUICK.heads, QUICK.tastes
     assert len(rows) == len(tastes) * QUICK.seeds * len(QUICK.at) * len(heads)
-    assert all(0.0 <= r["accuracy"] <= 1.0 and -1.0 <= r["spearman"] <= 1.0 for r in rows)
+    assert all(0.0 <= r["accuracy"] <= 1.0 and -1.0 <= r["spearman"] <= 1.0 and -1.0 <= r["across"] <= 1.0
+               for r in rows)
     cells = result["summary"]["cells"]["content"]
     assert set(cells) == set(heads) and set(cells["kernel"]) == {str(n) for n in QUICK.at}
     pooled = cells["quadratic"]["8"]["accuracy"]["pooled"]
     assert set(pooled) == {"named", "family"} and pooled["family"]["tastes"] == 1
     assert "pair accuracy against the hidden taste: content backbone, 4 labelled trees" in out.stdout
     assert "family (over tastes)" in out.stdout
+    across = "Spearman correlation across every test leaf against the hidden taste: content backbone, 8"
+    assert across in out.stdout
     assert result["command"].startswith("treerpo bench taste-rewards ") and "--quick" in result["command"]
     assert not any(p.name == "pool" for p in tmp_path.rglob("*"))  # the pool's trees are not kept
 

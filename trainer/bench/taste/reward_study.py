@@ -50,7 +50,7 @@ from .picking import grow_pool, taste_pairs
 
 DEFAULT_HEADS = ("linear", "quadratic", "kernel")
 DEFAULT_BACKBONES = ("content",)
-METRICS = ("accuracy", "spearman")
+METRICS = ("accuracy", "spearman", "across")
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,11 @@ def rank_correlation(a: Tensor, b: Tensor) -> float:
 def score_head(head: torch.nn.Module, features: dict[str, Tensor], scores: dict[str, Tensor],
                test: Sequence[str]) -> dict[str, float]:
     """The head's pair accuracy against the taste's order, and its mean Spearman correlation with the
-    taste, over the test trees (a tree where the taste ties every leaf says nothing and is left out)."""
+    taste, over the test trees (a tree where the taste ties every leaf says nothing and is left out);
+    ``across``: its Spearman correlation with the taste over every test leaf at once. Why the last: the
+    picks compare siblings, which differ a little, while training moves the images further than any
+    tree's leaves differ; leaves of other prompts and seeds differ more (size, count, place), so the
+    order across trees asks whether the reward extrapolates as the taste does."""
     accuracy, spearman = [], []
     for t in test:
         truth = taste_pairs(scores[t].tolist())
@@ -165,8 +169,11 @@ def score_head(head: torch.nn.Module, features: dict[str, Tensor], scores: dict[
             rho = rank_correlation(head(features[t]), scores[t])
         if math.isfinite(rho):
             spearman.append(rho)
+    with torch.no_grad():
+        across = rank_correlation(torch.cat([head(features[t]) for t in test]),
+                                  torch.cat([scores[t] for t in test])) if test else math.nan
     return {"accuracy": statistics.fmean(accuracy) if accuracy else math.nan,
-            "spearman": statistics.fmean(spearman) if spearman else math.nan}
+            "spearman": statistics.fmean(spearman) if spearman else math.nan, "across": across}
 
 
 def run_taste(pool: Pool, taste_name: str, budget: RewardStudyBudget) -> list[dict[str, Any]]:
@@ -268,7 +275,8 @@ def format_table(summary: dict[str, Any], budget: RewardStudyBudget, bone: str, 
     ± 95% CI over seeds, and beside every head but linear its paired difference from linear with the exact
     sign-flip p."""
     heads = summary["cells"][bone]
-    what = {"accuracy": "pair accuracy", "spearman": "Spearman correlation per tree"}[metric]
+    what = {"accuracy": "pair accuracy", "spearman": "Spearman correlation per tree",
+            "across": "Spearman correlation across every test leaf"}[metric]
     lines = [f"{what} against the hidden taste: {bone} backbone, {n} labelled trees, {budget.test} test "
              f"trees (mean ± 95% CI over {budget.seeds} seeds; head - linear: paired difference, exact "
              "sign-flip p)",

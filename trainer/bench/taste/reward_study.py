@@ -159,19 +159,19 @@ def score_head(head: torch.nn.Module, features: dict[str, Tensor], scores: dict[
     picks compare siblings, which differ a little, while training moves the images further than any
     tree's leaves differ; leaves of other prompts and seeds differ more (size, count, place), so the
     order across trees asks whether the reward extrapolates as the taste does."""
+    with torch.no_grad():
+        scored = {t: head(features[t]) for t in test}  # once per tree, for both correlations
     accuracy, spearman = [], []
     for t in test:
         truth = taste_pairs(scores[t].tolist())
         if not truth:
             continue
         accuracy.append(pair_accuracy(head, {t: features[t]}, {t: truth}))
-        with torch.no_grad():
-            rho = rank_correlation(head(features[t]), scores[t])
+        rho = rank_correlation(scored[t], scores[t])
         if math.isfinite(rho):
             spearman.append(rho)
-    with torch.no_grad():
-        across = rank_correlation(torch.cat([head(features[t]) for t in test]),
-                                  torch.cat([scores[t] for t in test])) if test else math.nan
+    across = (rank_correlation(torch.cat(list(scored.values())), torch.cat([scores[t] for t in test]))
+              if test else math.nan)
     return {"accuracy": statistics.fmean(accuracy) if accuracy else math.nan,
             "spearman": statistics.fmean(spearman) if spearman else math.nan, "across": across}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -205,3 +206,31 @@ def test_a_default_that_chose_among_weights_gets_no_choice_row() -> None:
     assert list(ab.ablation_rows(two_trainings, {"at 0.4": at_04}, "50")) == ["at 0.4"]
     rows = ab.ablation_rows(at_03, {"at 0.4": at_04}, "50")
     assert list(rows) == ["at 0.4", "the guard also chooses the weight (0.3 or 0.4: one training each)"]
+
+
+def test_two_tables_keep_their_own_sections_and_grids(tmp_path: Path) -> None:
+    """The shipped default's table and 0.4.x's table at the fixed weight 0.3 are two sections of one page:
+    writing one leaves the other as it was, and each copies its grid under its own name."""
+    from dynamic_treerpo.trainer.bench.taste.page import FIXED_SECTION, SECTION, sections_of, write_docs
+
+    docs = tmp_path / "docs" / "results-taste.md"
+    docs.parent.mkdir()
+    runs = {}
+    for name, gain in (("shipped", 0.1), ("fixed", 0.05)):
+        out = tmp_path / name / "lower_objects"
+        out.mkdir(parents=True)
+        (out / "before_after.png").write_bytes(name.encode())
+        runs[name] = ([_summary("lower_objects", [gain] * 3, [-0.01] * 3)], [out])
+    write_docs(*runs["shipped"], docs, "treerpo bench taste")
+    write_docs(*runs["fixed"], docs, "treerpo bench taste --section 'fixed 0.3'", key=FIXED_SECTION)
+    shipped, fixed = sections_of(docs.read_text(), SECTION), sections_of(docs.read_text(), FIXED_SECTION)
+    assert len(shipped) == len(fixed) == 1 and "## 0.4.x's table" in fixed[0]
+    assert "images/results-taste_lower_objects.png" in shipped[0]
+    assert "images/results-taste_fixed-0.3_lower_objects.png" in fixed[0]
+    images = docs.parent / "images"
+    assert (images / "results-taste_lower_objects.png").read_bytes() == b"shipped"
+    assert (images / "results-taste_fixed-0.3_lower_objects.png").read_bytes() == b"fixed"
+    write_docs(*runs["shipped"], docs, "treerpo bench taste")  # the other section is kept
+    assert sections_of(docs.read_text(), FIXED_SECTION) == fixed
+    with pytest.raises(ValueError, match="no table section 'family'"):
+        write_docs(*runs["shipped"], docs, "cmd", key="family")

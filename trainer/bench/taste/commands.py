@@ -71,10 +71,12 @@ def add_taste_table(kinds: argparse._SubParsersAction) -> None:
     t.add_argument("--docs", type=Path, default=None,
                    help="also write the figures as a section of this page (e.g. docs/results-taste.md), "
                         "the hand-written text around it kept")
-    t.add_argument("--section", choices=("every taste", "family", "template"), default="every taste",
+    t.add_argument("--section", choices=("every taste", "fixed 0.3", "family", "template"),
+                   default="every taste",
                    help="with --docs: the page's section these runs fill (default: the table of every named "
-                        "taste; family: the generated family's distribution of shares; template: the "
-                        "template as it opens)")
+                        "taste at the shipped default; fixed 0.3: 0.4.x's table at the fixed weight 0.3 and "
+                        "the levers measured on it; family: the generated family's distribution of shares; "
+                        "template: the template as it opens)")
     t.add_argument("--against", type=Path, default=None, metavar="DIR",
                    help="with --section template: runs of 0.5.0's template budget (DIR/<taste>/taste.json) "
                         "shown beside")
@@ -185,7 +187,7 @@ def write_section(args: argparse.Namespace, summaries: list[dict[str, Any]], out
         put_section(args.docs, TEMPLATE_SECTION, template_markdown(summaries, command, against, arms),
                     drop_others=True)
     else:
-        write_docs(summaries, outs, args.docs, command, arms)
+        write_docs(summaries, outs, args.docs, command, arms, key=args.section)
     return args.docs
 
 

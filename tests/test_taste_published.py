@@ -1,7 +1,8 @@
-"""The taste table that docs/results-taste.md publishes is rendered, by the report command the page names,
-from the runs stored under docs/data/ (the table and every ablation arm): no figure on the page is typed by
-hand, and the table is whole (every taste, 5 seeds, one code version). The README's block shows the
-assembled default instead (tests/test_taste_combine.py)."""
+"""The taste tables that docs/results-taste.md publishes are rendered, by the report command each section
+names, from the runs stored under docs/data/ (the table and every ablation arm): no figure on the page is
+typed by hand, and each table is whole (every taste, 5 seeds, one code version). Here 0.4.x's table at the
+fixed weight 0.3, which every lever of its time was paired with; the README's block shows the assembled
+default instead (tests/test_taste_combine.py)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,16 @@ import pytest
 from dynamic_treerpo.trainer import cli
 from dynamic_treerpo.trainer.bench.taste.budget import TASTE_SET
 from dynamic_treerpo.trainer.bench.taste.commands import taste_arms, taste_command
-from dynamic_treerpo.trainer.bench.taste.page import AGAINST_PROMPT, write_docs
+from dynamic_treerpo.trainer.bench.taste.page import AGAINST_PROMPT, FIXED_SECTION, marks, write_docs
 from dynamic_treerpo.trainer.bench.taste.storage import reload
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def report_command(page: str) -> list[str]:
-    """The report command the taste section names (the line that reads the stored runs)."""
-    start, end = page.index("<!-- bench taste every taste: begin -->"), page.index(
-        "<!-- bench taste every taste: end -->")
+def report_command(page: str, key: str = FIXED_SECTION) -> list[str]:
+    """The report command the table section of ``key`` names (the line that reads the stored runs)."""
+    begin, end = marks(key)
+    start, end = page.index(begin), page.index(end)
     lines = [line for line in page[start:end].splitlines()
              if line.startswith("treerpo bench taste ") and " --report" in line]
     assert len(lines) == 1, "the taste section names one report command"
@@ -46,11 +47,13 @@ def published(monkeypatch: pytest.MonkeyPatch) -> dict:
 def test_the_taste_section_is_rendered_from_the_stored_runs(published: dict, tmp_path: Path) -> None:
     args = published["args"]
     assert args.report and args.docs == Path("docs/results-taste.md") and args.readme is None
+    assert args.section == FIXED_SECTION
     assert str(args.out).startswith("docs/data/"), "the runs the page reads are committed with it"
     docs = tmp_path / "docs" / "results-taste.md"
     docs.parent.mkdir()
     docs.write_text(published["page"], encoding="utf-8")
-    write_docs(published["summaries"], published["outs"], docs, taste_command(args), published["arms"])
+    write_docs(published["summaries"], published["outs"], docs, taste_command(args), published["arms"],
+               key=args.section)
     assert docs.read_text(encoding="utf-8") == published["page"], \
         "docs/results-taste.md's taste section is stale: rebuild it with the report command it names"
     for image in (tmp_path / "docs" / "images").iterdir():  # the grid shown is the stored run's

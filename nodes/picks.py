@@ -19,6 +19,7 @@ from ..trainer.guard.levels import DEFAULT_KEEP, GUARDED_PICKS_WEIGHT, KEEP_LEVE
 from ..trainer.preferences.store import PickStore
 from ..trainer.rewards.registry import PICKS
 from ..trainer.training.from_picks import model_id, store_trees
+from ..trainer.training.guarded import held_out_prompts
 from ..trainer.training.plans import check_plan, picking_jobs, picking_plan, sampler_tree_config
 from ..trainer.training.session import TrainingState, picks_iterations, train_from_picks
 from .budget import MAX_LEAVES, check_memory, stored_latents
@@ -280,7 +281,7 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
             weights = check_reward_inputs(guard_reward, "", reward_weights)
         with about("picks_folder"):
             store = existing_store(picks_folder)
-            store.check()  # empty, unlabelled, mixed sizes or models, a pick that says nothing
+            labelled = store.check()  # empty, unlabelled, mixed sizes or models, a pick that says nothing
         if mode not in MODES:
             raise ValueError(f"mode: {mode!r} is not a mode; choose reward or online")
         if keep_following not in KEEP_OPTIONS:
@@ -297,6 +298,8 @@ class TreeRPOTrainFromPicks(io.ComfyNode):
                                   settings, PICKS_BUDGET.overrides(), keep_following)
             check_plan(config)
             check_training_budget(config)
+            if keep_word(keep_following) != "off" and config.guard.validation == "held_out":
+                held_out_prompts(folder_prompts(store, labelled), config.guard.seed)  # too few prompts
         return True
 
     @classmethod

@@ -146,6 +146,16 @@ def test_the_guard_needs_a_guard_reward_and_the_reward_mode(server: Server, fold
     assert status == 400 and "mode reward" in body["node_errors"]["10"]["errors"][0]["details"]
 
 
+def test_validating_on_held_out_prompts_needs_enough_prompts_and_says_so_before_running(
+        server: Server, folder: str) -> None:
+    g = graph(folder, settings=SETTINGS + "\nguard.validation=held_out")
+    status, body = server.post_prompt(g)
+    assert status == 400
+    details = body["node_errors"]["10"]["errors"][0]["details"]
+    assert details.startswith("settings: guard.validation: held_out keeps 4 prompts out of training"), details
+    assert details.endswith("these picks have 2: label trees of more prompts, or use guard.validation: own")
+
+
 def test_a_run_without_the_guard_cannot_choose_a_checkpoint(server: Server, folder: str) -> None:
     result = server.run(graph(folder, keep="off (fixed weight)", prefix="loras/unguarded"), timeout=600)
     assert result["status"]["status_str"] == "error"

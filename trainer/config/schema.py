@@ -283,6 +283,8 @@ word its limit)."""
 STRENGTH_SEARCHES = ("line", "bisect")
 MEASURE_ORDERS = ("backward", "every")
 """How the guard places lower LoRA strengths (``guard.search``)."""
+GUARD_VALIDATIONS = ("own", "held_out")
+"""Which prompts the guard validates a picks folder on (``guard.validation``)."""
 
 
 def check_weights(weights: Iterable[float]) -> tuple[float, ...]:
@@ -325,6 +327,13 @@ class GuardConfig:
     and earlier ones only while the later ones are past the limit or lost taste; it chose as ``every`` did
     on the stored benchmark runs with fewer measurements, ``trainer/guard/order.py``) or ``every`` (each
     checkpoint as it is kept, the order before this option; ``steer`` measures so whatever this says).
+    ``validation``: which prompts the guard measures on when training takes its prompts from a file (a
+    picks folder's, the node's case): ``own``, the training prompts themselves at seeds training never
+    draws, so the limit is kept on the prompts trained on; ``held_out``, a quarter of them (at least 4)
+    kept out of training, with the fall's standard error over those prompts rather than over the pairs,
+    so that the limit stands for prompts training never saw (it needs at least twice as many distinct
+    prompts as it holds out). Generated scenes (``data.prompts: scenes``) always validate on prompts of
+    their own.
     ``weights``: the picks weights the guard tries (``trainer/guard/weights.py``): the same picks train
     once at each weight (the other terms share the rest as written) and the run whose chosen checkpoint
     gained the most personal reward on the validation pairs is kept; one training per weight. The
@@ -344,9 +353,13 @@ class GuardConfig:
     steer: bool = False
     measure: str = "backward"
     weights: tuple[float, ...] = (0.4,)
+    validation: str = "own"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weights", check_weights(self.weights))
+        if self.validation not in GUARD_VALIDATIONS:
+            raise ValueError(f"guard.validation must be one of {', '.join(GUARD_VALIDATIONS)}, "
+                             f"got {self.validation!r}")
         if self.keep is False:
             object.__setattr__(self, "keep", "off")
         if self.keep not in GUARD_WORDS or self.keep is True:

@@ -88,13 +88,17 @@ class GuardedTraining:
 
     def __init__(self, trainer: Steps, config: GuardConfig, images: Images, taste: str = PICKS,
                  log: Callable[[str], None] = print, keep_images: int = 0,
-                 previous: GuardedResult | None = None, reward_spec: str | None = None) -> None:
+                 previous: GuardedResult | None = None, reward_spec: str | None = None,
+                 by_prompt: bool = False) -> None:
         """``images``: draws the validation images; ``taste``: the reward's taste term (the rest guard);
         ``keep_images``: how many validation images of each point to keep for the before/after grid;
         ``previous``: a guarded run this one continues (its trail and checkpoints carry on);
         ``reward_spec``: the terms of ``trainer.reward`` when its config does not name them (a
-        benchmark that hands the trainer a reward built elsewhere)."""
+        benchmark that hands the trainer a reward built elsewhere); ``by_prompt``: the fall's standard
+        error over the validation prompts' mean changes rather than over the pairs (validation prompts
+        that stand for other prompts, each seen at several seeds)."""
         self.trainer, self.config, self.log, self.draw = trainer, config, log, images
+        self.by_prompt = by_prompt
         reward = trainer.reward
         if taste not in reward.fns:
             raise ValueError(f"the guard needs the taste term {taste!r} in the reward "
@@ -116,21 +120,21 @@ class GuardedTraining:
 
     # ------------------------------------------------------------------ measuring
     @torch.no_grad()
-    def score(self) -> tuple[Tensor, Tensor, Tensor]:
-        """``(taste [N], guard [N], images)`` of the validation pairs under the current weights."""
+    def score(self) -> tuple[Tensor, Tensor, Tensor, list[str]]:
+        """``(taste [N], guard [N], images, prompts)`` of the validation pairs under the current weights."""
         self.trainer.policy.eval()
         images, prompts = self.draw()
         images = images.float().cpu()
         return (self.taste(images, prompts)["reward"].float().cpu(),
-                self.guard(images, prompts)["reward"].float().cpu(), images)
+                self.guard(images, prompts)["reward"].float().cpu(), images, list(prompts))
 
     def _measure(self, iteration: int, strength: float = 1.0) -> TrailPoint:
-        taste, guard, images = self.score()
+        taste, guard, images, prompts = self.score()
         if self.base_guard is None:
             self.base_guard = guard
         weight = self.trainer.reward.weight_of(self.taste_name) if strength == 1.0 and iteration else None
         point = TrailPoint(iteration, strength, float(taste.mean()), float(guard.mean()),
-                           paired_se(guard, self.base_guard), weight)
+                           paired_se(guard, self.base_guard, prompts if self.by_prompt else None), weight)
         if self.keep_images:
             self.images[point_key(point)] = images[: self.keep_images]
         if self.trail is None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor
 
 
@@ -32,9 +34,19 @@ class TrailPoint:
         return f"iteration {self.iteration}{weaker}"
 
 
-def paired_se(scores: Tensor, base: Tensor) -> float:
-    """Standard error of ``mean(scores - base)`` over the pairs (0 with one pair)."""
+def paired_se(scores: Tensor, base: Tensor, groups: Sequence[str] | None = None) -> float:
+    """Standard error of ``mean(scores - base)`` over the pairs (0 with one pair). With ``groups`` (each
+    pair's prompt), over the groups' mean differences instead: the error of the fall on other prompts
+    of the same kind, where the pairs of one prompt are not independent draws (0 with one group)."""
     diff = (scores.double() - base.double()).flatten()
+    if groups is not None:
+        if len(groups) != diff.numel():
+            raise ValueError(f"{len(groups)} groups for {diff.numel()} pairs")
+        names = list(dict.fromkeys(groups))
+        index = torch.tensor([names.index(g) for g in groups])
+        sums = torch.zeros(len(names), dtype=diff.dtype).index_add_(0, index, diff)
+        counts = torch.zeros(len(names), dtype=diff.dtype).index_add_(0, index, torch.ones_like(diff))
+        diff = sums / counts
     if diff.numel() < 2:
         return 0.0
     return float(diff.std(unbiased=True) / math.sqrt(diff.numel()))

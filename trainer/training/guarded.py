@@ -52,12 +52,43 @@ def same_prompt_pairs(prompts: Sequence[str], config: TrainConfig) -> list[EvalP
     return pairs_from_prompts(list(dict.fromkeys(prompts)), config.guard.pairs, config.guard.seed + 1_000_000)
 
 
+HELD_OUT_SHARE = 0.25
+HELD_OUT_LEAST = 4
+"""``guard.validation: held_out`` keeps this share of a folder's distinct prompts out of training, and at
+least this many (a fall over fewer prompts says little about other prompts)."""
+
+
+def held_out_prompts(prompts: Sequence[str], seed: int) -> list[str]:
+    """The prompts ``guard.validation: held_out`` validates on: a quarter of the distinct ``prompts`` (at
+    least :data:`HELD_OUT_LEAST`), drawn with ``seed``; one line naming the problem when too few are left
+    to train on."""
+    import random
+
+    distinct = list(dict.fromkeys(prompts))
+    count = max(HELD_OUT_LEAST, round(HELD_OUT_SHARE * len(distinct)))
+    if len(distinct) < 2 * count:
+        raise ValueError(f"guard.validation: held_out keeps {count} prompts out of training to validate on "
+                         f"and needs at least {2 * count} distinct prompts; these picks have "
+                         f"{len(distinct)}: label trees of more prompts, or use guard.validation: own")
+    return random.Random(seed).sample(distinct, count)
+
+
+def folder_validation_pairs(prompts: Sequence[str], config: TrainConfig) -> list[EvalPair]:
+    """The guard's validation pairs when training takes its prompts from a file (``guard.validation``):
+    the prompts themselves at unseen seeds (``own``), or a held-out share of them (``held_out``)."""
+    if config.guard.validation == "held_out":
+        held = held_out_prompts(prompts, config.guard.seed)
+        return pairs_from_prompts(held, config.guard.pairs, config.guard.seed + 1_000_000)
+    return same_prompt_pairs(prompts, config)
+
+
 def guard_trainer(trainer: Trainer, pairs: Sequence[EvalPair], taste: str = PICKS,
                   log: Callable[[str], None] = print, previous: GuardedResult | None = None,
                   exclude_pairs: bool = True, reward_spec: str | None = None,
-                  config: GuardConfig | None = None) -> GuardedTraining:
+                  config: GuardConfig | None = None, by_prompt: bool = False) -> GuardedTraining:
     """The guard over ``trainer``, measuring on ``pairs``; with ``exclude_pairs``, training never draws
-    their prompts. ``config``: guard settings other than the trainer's (a benchmark's frontier)."""
+    their prompts. ``config``: guard settings other than the trainer's (a benchmark's frontier);
+    ``by_prompt``: the fall's standard error over the pairs' prompts (``guard.validation: held_out``)."""
     pairs = list(pairs)
     if not pairs:
         raise ValueError("the guard needs validation pairs (guard.pairs >= 1)")
@@ -72,7 +103,7 @@ def guard_trainer(trainer: Trainer, pairs: Sequence[EvalPair], taste: str = PICK
         return images, prompts
 
     return GuardedTraining(trainer, config or trainer.config.guard, draw, taste, log, GRID_IMAGES, previous,
-                           reward_spec)
+                           reward_spec, by_prompt)
 
 
 # ---------------------------------------------------------------------- figures

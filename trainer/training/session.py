@@ -21,7 +21,7 @@ from ..guard.weights import WeightChoice
 from ..models.policy import Policy
 from .evaluate import read_prompt_file
 from .factory import make_trainer
-from .guarded import guard_trainer, guarded, same_prompt_pairs, separate_validation_pairs
+from .guarded import folder_validation_pairs, guard_trainer, guarded, separate_validation_pairs
 from .logs import finite_numbers
 from .loop import Trainer
 from .weighted import train_at_weights, tried_weights
@@ -142,9 +142,10 @@ def train_from_picks(policy: Policy, picks_dir: str | Path, config: TrainConfig,
     with torch.inference_mode(False), torch.enable_grad():
         trainer, config, start, history = start_steps(policy, config, iterations, previous)
         own_prompts = config.data.prompts != "scenes"
+        held_out = own_prompts and config.guard.validation == "held_out"
         # a continued guarded run measures on the pairs its trail began with (later picks may add prompts)
         measured = previous.config if previous is not None and previous.guard is not None else config
-        pairs = (same_prompt_pairs(read_prompt_file(measured.data.prompts), config) if own_prompts
+        pairs = (folder_validation_pairs(read_prompt_file(measured.data.prompts), config) if own_prompts
                  else separate_validation_pairs(config, trainer.eval_pairs))
         before = previous.guard if previous is not None else None
         # a continued run goes on at the weight its first step kept (its trail carries on)
@@ -152,8 +153,8 @@ def train_from_picks(policy: Policy, picks_dir: str | Path, config: TrainConfig,
                    else tried_weights(config))
 
         def tracker_for(spec: str) -> Any:
-            return guard_trainer(trainer, pairs, log=log, exclude_pairs=not own_prompts, previous=before,
-                                 reward_spec=spec)
+            return guard_trainer(trainer, pairs, log=log, exclude_pairs=not own_prompts or held_out,
+                                 previous=before, reward_spec=spec, by_prompt=held_out)
 
         tracked = train_at_weights(trainer, weights, tracker_for, start, iterations, on_iteration)
         if len(weights) > 1:

@@ -50,7 +50,7 @@ def test_the_folder_validates_on_its_own_prompts_or_on_the_held_out_ones() -> No
     pairs = folder_validation_pairs(PROMPTS, held)
     assert len(pairs) == 16 and {p.prompt for p in pairs} == set(held_out_prompts(PROMPTS, held.guard.seed))
     assert [p.seed for p in pairs] == [p.seed for p in same_prompt_pairs(PROMPTS, held)]  # the same seeds
-    with pytest.raises(ValueError, match="guard.validation must be one of own, held_out, got 'new'"):
+    with pytest.raises(ValueError, match=r"guard\.validation must be one of own, held_out, got 'new'"):
         GuardConfig(validation="new")
 
 

@@ -555,7 +555,7 @@ def test_an_ablation_takes_the_frontier_of_a_run_of_the_same_code_and_budget(
     assert given == {0: None, 1: None}
     ablation = replace(budget, seeds=3, mistakes=0.0, rounds=1)
     extra = ["lora.rank=4", "guard.pairs=128", "guard.search=line",  # options the frontier does not read
-             "experimental.picks.pessimism=1"]
+             "experimental.picks.pessimism=1", "guard.validation=held_out"]
     bench.run_taste(ablation, "larger_objects", tmp_path / "clean" / "larger_objects", extra, log=_quiet_log,
                     frontier_from=source / "taste.json")
     assert given[0]["0.3"]["gain"] == 0.1 and given[1]["0.3"]["gain"] == 1.1 and given[2] is None

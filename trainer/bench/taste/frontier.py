@@ -122,7 +122,7 @@ def redo_frontier(budget: TasteBudget, done: list[SeedResult], previous: dict[st
 
 FRONTIER_BLIND = ("guard.pairs", "guard.search", "guard.strength_tries", "guard.margin", "guard.steer",
                   "experimental.guard.steer", "picks.pessimism", "experimental.picks.pessimism", "picks.head",
-                  "picks.backbone")
+                  "picks.backbone", "guard.validation")
 """Options (``--set``) the frontier sets itself or never reads: a run that differs from another only in
 these (and in the person, the rounds or the tree counts) may take that run's frontier."""
 _NOT_FRONTIER = ("seeds", "trees", "at", "rounds", "mistakes", "likes", "dislikes", "margin", "modes",

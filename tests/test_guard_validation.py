@@ -1,6 +1,7 @@
 """``guard.validation``: which prompts the guard measures a picks folder on. ``own`` (the default) measures
 the prompts training draws, at other seeds; ``held_out`` keeps a quarter of them out of training and
-states the fall's error over those prompts, so that the limit stands for prompts training never saw."""
+states the fall's error over those prompts, so that the limit stands for prompts training never saw;
+``scenes`` measures generated scenes (nearly every pair its own prompt), none of the folder's."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from dynamic_treerpo.trainer.config.files import load_config
 from dynamic_treerpo.trainer.config.schema import GuardConfig, TrainConfig
 from dynamic_treerpo.trainer.guard.trail import paired_se
+from dynamic_treerpo.trainer.training.evaluate import held_out_pairs
 from dynamic_treerpo.trainer.training.guarded import (
     folder_validation_pairs,
     held_out_prompts,
@@ -50,7 +52,12 @@ def test_the_folder_validates_on_its_own_prompts_or_on_the_held_out_ones() -> No
     pairs = folder_validation_pairs(PROMPTS, held)
     assert len(pairs) == 16 and {p.prompt for p in pairs} == set(held_out_prompts(PROMPTS, held.guard.seed))
     assert [p.seed for p in pairs] == [p.seed for p in same_prompt_pairs(PROMPTS, held)]  # the same seeds
-    with pytest.raises(ValueError, match=r"guard\.validation must be one of own, held_out, got 'new'"):
+    scenes = load_config(TrainConfig, None, ["guard.pairs=16", "guard.validation=scenes"])
+    pairs = folder_validation_pairs(PROMPTS, scenes)
+    assert pairs == held_out_pairs(16, scenes.guard.seed, exclude=PROMPTS)
+    assert len({p.prompt for p in pairs}) > len(PROMPTS) and not {p.prompt for p in pairs} & set(PROMPTS)
+    words = r"guard\.validation must be one of own, held_out, scenes, got 'new'"
+    with pytest.raises(ValueError, match=words):
         GuardConfig(validation="new")
 
 
@@ -99,8 +106,9 @@ def _small(*extra: str) -> TrainConfig:
         "guard.strength_tries=0", "threads=1", *extra])
 
 
-def test_a_held_out_run_never_trains_on_the_prompts_it_validates_on(
-        eight_prompt_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("validation", ["held_out", "scenes"])
+def test_a_run_never_trains_on_the_prompts_it_validates_on(
+        validation: str, eight_prompt_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dynamic_treerpo.trainer.embedded.policy import EmbeddedPolicy
     from dynamic_treerpo.trainer.training import session
 
@@ -115,16 +123,20 @@ def test_a_held_out_run_never_trains_on_the_prompts_it_validates_on(
         return tracked
 
     monkeypatch.setattr(session, "guard_trainer", spy)
-    config = _small("reward=picks:0.4,scene:0.6", "guard.validation=held_out", "guard.weights=[]",
+    config = _small("reward=picks:0.4,scene:0.6", f"guard.validation={validation}", "guard.weights=[]",
                     f"data.picks={eight_prompt_folder}", f"data.prompts={prompts}")
     state = session.train_from_picks(EmbeddedPolicy.from_pretrained(), eight_prompt_folder, config, 2,
                                      log=lambda _: None)
-    held = set(held_out_prompts(PROMPTS, config.guard.seed))
-    assert {p.prompt for p in seen["pairs"]} == held and seen["by_prompt"]
+    held = set(held_out_prompts(PROMPTS, config.guard.seed)) if validation == "held_out" else set()
+    validated = {p.prompt for p in seen["pairs"]}
+    assert validated == held if held else len(validated) > 4 and not validated & set(PROMPTS)
+    assert seen["by_prompt"]
     drawn = {p for k in range(50) for p in seen["source"].prompts(k, 4)}
     assert drawn == set(PROMPTS) - held  # training draws every other prompt, never a validation one
     point = state.guard.trail.points[-1]
     assert point.iteration == 2 and point.guard_se >= 0.0
+    if validation != "held_out":
+        return
     with pytest.raises(ValueError, match="needs at least 8 distinct prompts; these picks have 4"):
         prompts.write_text("\n".join(PROMPTS[:4]) + "\n", encoding="utf-8")
         session.train_from_picks(EmbeddedPolicy.from_pretrained(), eight_prompt_folder, config, 2,

@@ -283,7 +283,7 @@ word its limit)."""
 STRENGTH_SEARCHES = ("line", "bisect")
 MEASURE_ORDERS = ("backward", "every")
 """How the guard places lower LoRA strengths (``guard.search``)."""
-GUARD_VALIDATIONS = ("own", "held_out")
+GUARD_VALIDATIONS = ("own", "held_out", "scenes")
 """Which prompts the guard validates a picks folder on (``guard.validation``)."""
 
 
@@ -332,8 +332,9 @@ class GuardConfig:
     draws, so the limit is kept on the prompts trained on; ``held_out``, a quarter of them (at least 4)
     kept out of training, with the fall's standard error over those prompts rather than over the pairs,
     so that the limit stands for prompts training never saw (it needs at least twice as many distinct
-    prompts as it holds out). Generated scenes (``data.prompts: scenes``) always validate on prompts of
-    their own.
+    prompts as it holds out); ``scenes``, ``pairs`` generated scenes of the embedded model's kind (nearly
+    every pair its own prompt, none of the training prompts): prompts in general, not the person's.
+    Generated scenes (``data.prompts: scenes``) always validate on scenes of their own.
     ``weights``: the picks weights the guard tries (``trainer/guard/weights.py``): the same picks train
     once at each weight (the other terms share the rest as written) and the run whose chosen checkpoint
     gained the most personal reward on the validation pairs is kept; one training per weight. The

@@ -25,7 +25,7 @@ from ..guard.trail import Trail, point_key
 from ..rewards.mix import parse_reward_spec
 from ..rewards.registry import PICKS
 from ..utils.atomic import atomic_write_text
-from .evaluate import EvalPair, PromptSource, eval_pairs_for, generate, pairs_from_prompts
+from .evaluate import EvalPair, PromptSource, eval_pairs_for, generate, held_out_pairs, pairs_from_prompts
 from .logs import save_image_grid
 from .loop import Trainer
 
@@ -75,10 +75,13 @@ def held_out_prompts(prompts: Sequence[str], seed: int) -> list[str]:
 
 def folder_validation_pairs(prompts: Sequence[str], config: TrainConfig) -> list[EvalPair]:
     """The guard's validation pairs when training takes its prompts from a file (``guard.validation``):
-    the prompts themselves at unseen seeds (``own``), or a held-out share of them (``held_out``)."""
-    if config.guard.validation == "held_out":
-        held = held_out_prompts(prompts, config.guard.seed)
-        return pairs_from_prompts(held, config.guard.pairs, config.guard.seed + 1_000_000)
+    the prompts themselves at unseen seeds (``own``), a held-out share of them (``held_out``), or
+    generated scenes, nearly every pair its own prompt and none of these (``scenes``)."""
+    g = config.guard
+    if g.validation == "held_out":
+        return pairs_from_prompts(held_out_prompts(prompts, g.seed), g.pairs, g.seed + 1_000_000)
+    if g.validation == "scenes":
+        return held_out_pairs(g.pairs, g.seed, exclude=prompts)
     return same_prompt_pairs(prompts, config)
 
 

@@ -142,7 +142,7 @@ def train_from_picks(policy: Policy, picks_dir: str | Path, config: TrainConfig,
     with torch.inference_mode(False), torch.enable_grad():
         trainer, config, start, history = start_steps(policy, config, iterations, previous)
         own_prompts = config.data.prompts != "scenes"
-        held_out = own_prompts and config.guard.validation == "held_out"
+        held_out = own_prompts and config.guard.validation != "own"  # prompts training never draws
         # a continued guarded run measures on the pairs its trail began with (later picks may add prompts)
         measured = previous.config if previous is not None and previous.guard is not None else config
         pairs = (folder_validation_pairs(read_prompt_file(measured.data.prompts), config) if own_prompts

@@ -42,10 +42,10 @@ def paired_se(scores: Tensor, base: Tensor, groups: Sequence[str] | None = None)
     if groups is not None:
         if len(groups) != diff.numel():
             raise ValueError(f"{len(groups)} groups for {diff.numel()} pairs")
-        names = list(dict.fromkeys(groups))
-        index = torch.tensor([names.index(g) for g in groups])
-        sums = torch.zeros(len(names), dtype=diff.dtype).index_add_(0, index, diff)
-        counts = torch.zeros(len(names), dtype=diff.dtype).index_add_(0, index, torch.ones_like(diff))
+        position = {name: k for k, name in enumerate(dict.fromkeys(groups))}
+        index = torch.tensor([position[g] for g in groups])
+        sums = torch.zeros(len(position), dtype=diff.dtype).index_add_(0, index, diff)
+        counts = torch.zeros(len(position), dtype=diff.dtype).index_add_(0, index, torch.ones_like(diff))
         diff = sums / counts
     if diff.numel() < 2:
         return 0.0

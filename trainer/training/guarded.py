@@ -10,6 +10,7 @@ another checkpoint later without training again).
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -62,8 +63,6 @@ def held_out_prompts(prompts: Sequence[str], seed: int) -> list[str]:
     """The prompts ``guard.validation: held_out`` validates on: a quarter of the distinct ``prompts`` (at
     least :data:`HELD_OUT_LEAST`), drawn with ``seed``; one line naming the problem when too few are left
     to train on."""
-    import random
-
     distinct = list(dict.fromkeys(prompts))
     count = max(HELD_OUT_LEAST, round(HELD_OUT_SHARE * len(distinct)))
     if len(distinct) < 2 * count:

@@ -142,7 +142,7 @@ def train_from_picks(policy: Policy, picks_dir: str | Path, config: TrainConfig,
     with torch.inference_mode(False), torch.enable_grad():
         trainer, config, start, history = start_steps(policy, config, iterations, previous)
         own_prompts = config.data.prompts != "scenes"
-        held_out = own_prompts and config.guard.validation != "own"  # prompts training never draws
+        apart = own_prompts and config.guard.validation != "own"  # validation prompts training never draws
         # a continued guarded run measures on the pairs its trail began with (later picks may add prompts)
         measured = previous.config if previous is not None and previous.guard is not None else config
         pairs = (folder_validation_pairs(read_prompt_file(measured.data.prompts), config) if own_prompts
@@ -153,8 +153,8 @@ def train_from_picks(policy: Policy, picks_dir: str | Path, config: TrainConfig,
                    else tried_weights(config))
 
         def tracker_for(spec: str) -> Any:
-            return guard_trainer(trainer, pairs, log=log, exclude_pairs=not own_prompts or held_out,
-                                 previous=before, reward_spec=spec, by_prompt=held_out)
+            return guard_trainer(trainer, pairs, log=log, exclude_pairs=not own_prompts or apart,
+                                 previous=before, reward_spec=spec, by_prompt=apart)
 
         tracked = train_at_weights(trainer, weights, tracker_for, start, iterations, on_iteration)
         if len(weights) > 1:

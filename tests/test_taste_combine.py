@@ -107,12 +107,11 @@ def test_the_script_writes_a_table_the_report_reads(tmp_path: Path) -> None:
 
 
 def test_the_assembled_default_on_the_results_page_is_what_the_stored_runs_give(tmp_path: Path) -> None:
-    """docs/data/taste/taste_default is what assembling the published table and weight arm gives now, and
-    the block of docs/results-taste.md and the README's taste block are what the script renders from it (no
-    figure typed by hand)."""
+    """docs/data/taste/taste_default (0.5.0's default) is what assembling the published table and weight arm
+    gives now, and the block of docs/results-taste.md is what the script renders from it (no figure typed by
+    hand). The README's taste block is the shipped default's table since (tests/test_taste_published.py)."""
     from dynamic_treerpo.trainer.bench.common.marked import replace_marked
     from dynamic_treerpo.trainer.bench.taste.page import ASSEMBLED, assembled_block
-    from dynamic_treerpo.trainer.bench.taste.readme import assembled_readme_block, with_readme_block
 
     stored = sorted((DATA / "taste_default").glob("*/taste.json"))
     assert stored, "the assembled default is published"
@@ -130,11 +129,6 @@ def test_the_assembled_default_on_the_results_page_is_what_the_stored_runs_give(
     block = assembled_block(summaries, summaries[0]["command"])
     assert replace_marked(page, *ASSEMBLED, block, "assembled default block") == page, \
         "docs/results-taste.md's assembled default is stale: run the command it names"
-    assert " --readme README.md" in summaries[0]["command"], "the same command writes the README's block"
-    fixed = [reload(ROOT / summaries[0]["combined_from"][0] / s["taste"]) for s in summaries]
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert with_readme_block(readme, assembled_readme_block(summaries, fixed)) == readme, \
-        "the README's taste block is stale: run the command docs/results-taste.md's assembled default names"
 
 
 def test_the_summary_block_goes_on_another_page_with_links_relative_to_it(tmp_path: Path, monkeypatch,
@@ -143,7 +137,7 @@ def test_the_summary_block_goes_on_another_page_with_links_relative_to_it(tmp_pa
     (the short results page in docs/ links to results-taste.md beside it); a page without the markers is
     refused in one line before anything is written."""
     from dynamic_treerpo.trainer import cli
-    from dynamic_treerpo.trainer.bench.taste.readme import BEGIN, END
+    from dynamic_treerpo.trainer.bench.taste.readme import ASSEMBLED_DEFAULT, BEGIN, END
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "docs").mkdir()
@@ -154,14 +148,16 @@ def test_the_summary_block_goes_on_another_page_with_links_relative_to_it(tmp_pa
     assemble = ["bench", "taste-assemble", *(x for run in runs for x in ("--runs", run))]
     assert cli.main([*assemble, "--out", str(tmp_path / "default"), "--summary", "docs/results.md"]) == 0
     text = page.read_text(encoding="utf-8")
+    assert text.startswith(f"# Results\n\nbefore\n\n{BEGIN}\n") and text.endswith(f"\n{END}\n\nafter\n")
+    assert f"[results-taste.md](results-taste.md#{ASSEMBLED_DEFAULT})" in text
+    # the shipped default's table (bench taste --report) writes the README's block, linked from PAGE
+    table = ["bench", "taste", "--report", "--out", str(DATA / "taste_named_09"),
+             "--summary", "docs/results.md"]
+    assert cli.main(table) == 0
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     published = readme[readme.index(BEGIN):readme.index(END) + len(END)]
-    assert text == ("# Results\n\nbefore\n\n" + published.replace("docs/results-taste.md", "results-taste.md")
-                    + "\n\nafter\n")
-    assert "[results-taste.md](results-taste.md#learning-from-picks-the-default-the-guard-chooses" in text
-    # the table's own block (bench taste --report) links to its section of the same page
-    table = ["bench", "taste", "--report", "--out", str(DATA / "taste_table"), "--summary", "docs/results.md"]
-    assert cli.main(table) == 0
+    linked_here = published.replace("docs/results-taste.md", "results-taste.md")
+    assert page.read_text(encoding="utf-8") == f"# Results\n\nbefore\n\n{linked_here}\n\nafter\n"
     assert "(results-taste.md#every-taste-learning-from-picks-under-the-guard)" in page.read_text("utf-8")
     bare = tmp_path / "docs" / "bare.md"
     bare.write_text("# no markers\n", encoding="utf-8")

@@ -27,8 +27,8 @@ TASTE_PAGE = Path("docs/results-taste.md")
 """The published taste page, relative to the repository root (where the commands are run)."""
 EVERY_TASTE = "every-taste-learning-from-picks-under-the-guard"
 """The anchor of the page's section of one ``bench taste`` run and its arms."""
-ASSEMBLED_DEFAULT = "learning-from-picks-the-default-the-guard-chooses-the-weight"
-"""The anchor of the page's section of the assembled default (the guard chooses the weight)."""
+ASSEMBLED_DEFAULT = "050s-default-two-trainings-the-guard-keeps-one"
+"""The anchor of the page's section of 0.5.0's default, assembled (the guard chooses the weight)."""
 
 
 def _pct_ci(e: dict[str, Any]) -> str:
